@@ -1,0 +1,54 @@
+# One task runner for the README, CI and developers.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements/dev.txt requirements/base.txt pyproject.toml | cksum | cut -d' ' -f1)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+DEMO_EMAIL ?= owner@example.com
+PYTEST_ARGS ?=
+
+.PHONY: install run serve test test-postgres lint fmt migrations-check bench clean
+
+$(STAMP):
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements/dev.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the server in the embedded mode: migrations, a demo org, then Daphne.
+run: install
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py bootstrap --org Demo --project DEMO --email $(DEMO_EMAIL)
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/daphne -b $(HOST) -p $(PORT) retasc.asgi:application
+
+## Daphne only (no demo bootstrap).
+serve: install
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/daphne -b $(HOST) -p $(PORT) retasc.asgi:application
+
+## The whole test suite (SQLite unless DATABASE_URL is set).
+test: install
+	$(BIN)/python manage.py makemigrations --check --dry-run -v0 --settings=retasc.settings.test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-postgres: install
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/retasc} REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/15} $(MAKE) test
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+migrations-check: install
+	$(BIN)/python manage.py makemigrations --check --dry-run --settings=retasc.settings.test
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,67 @@
+"""The one error type services raise. Every interface renders it the same way."""
+
+from __future__ import annotations
+
+# HTTP status per code; MCP carries the same code in the tool error's JSON.
+HTTP_STATUS = {
+    "UNAUTHORIZED": 401,
+    "FORBIDDEN": 403,
+    "NOT_FOUND": 404,
+    "INVALID_ARGUMENT": 400,
+    "CYCLE": 409,
+    "CONFLICT": 409,
+    "NOT_WORK": 409,
+    "NOT_ELIGIBLE": 409,
+    "BLOCKED": 409,
+    "HELD": 409,
+    "AWAITING_TRIAGE": 409,
+    "AUTHOR_CANNOT_REVIEW": 403,
+    "CLAIM_CAP": 429,
+    "CLAIM_REQUIRED": 409,
+    "CLAIM_LOST": 409,
+    "CLAIM_MISMATCH": 403,
+    "ACCEPTANCE_EVIDENCE_REQUIRED": 422,
+    "REVIEWER_REQUIRED": 422,
+    "HANDOFF_REQUIRED": 422,
+    "REVIEW_COMMENT_REQUIRED": 422,
+    "BILLING_INACTIVE": 402,
+    "MONTHLY_CAP_REACHED": 402,
+    "RATE_LIMITED": 429,
+    "UNAVAILABLE": 503,
+}
+
+
+class ServiceError(Exception):
+    """A refusal with a stable code, a one-sentence message and structured details.
+
+    ``code`` may carry a suffix after a colon (``NOT_ELIGIBLE:done``); the HTTP status is
+    chosen by the part before it.
+    """
+
+    def __init__(self, code: str, message: str, *, tell_human: str | None = None, **details):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.tell_human = tell_human
+        self.details = details
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.code.split(":", 1)[0], 400)
+
+    def as_dict(self) -> dict:
+        body = {"code": self.code, "message": self.message, **self.details}
+        if self.tell_human:
+            body["tellHuman"] = self.tell_human
+        return body
+
+    def __repr__(self) -> str:
+        return f"ServiceError({self.code!r}, {self.message!r})"
+
+
+def invalid(field: str, message: str) -> ServiceError:
+    return ServiceError("INVALID_ARGUMENT", message, field=field)
+
+
+def not_found(what: str) -> ServiceError:
+    return ServiceError("NOT_FOUND", f"{what} was not found.")

@@ -1,0 +1,77 @@
+from django.contrib import admin
+
+from apps.issues.models import Activity, Attachment, Checkpoint, Comment, Issue, Label, Relation
+
+# Content is encrypted; the admin shows metadata only, never ciphertext or plaintext.
+_SEALED = ["title_enc", "body_enc", "acceptance_enc", "evidence_enc", "cancel_reason_enc", "no_dependency_enc"]
+
+
+@admin.register(Issue)
+class IssueAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "org", "status", "priority", "effective_rank", "work", "assignee", "lease_expires_at", "reclaim_count", "created_at"]
+    list_filter = ["status", "work", "priority", "awaiting_triage", "source"]
+    search_fields = ["org__slug", "project__prefix", "source_ref"]
+    list_select_related = ["project", "org", "assignee"]
+    exclude = _SEALED
+    readonly_fields = ["id", "base_rank", "effective_rank", "dispatch_rank", "sla_next_at", "lease_claim_id", "lease_principal_id", "lease_expires_at", "reclaim_count", "created_at", "updated_at", "closed_at", "checkpoint"]
+    raw_id_fields = ["org", "project", "assignee", "author", "author_key", "submitted_by", "parent"]
+
+
+@admin.register(Relation)
+class RelationAdmin(admin.ModelAdmin):
+    list_display = ["source", "type", "target", "created_at"]
+    list_filter = ["type"]
+    raw_id_fields = ["source", "target", "org"]
+
+
+@admin.register(Label)
+class LabelAdmin(admin.ModelAdmin):
+    list_display = ["name", "org", "color"]
+    search_fields = ["name", "org__slug"]
+
+
+@admin.register(Comment)
+class CommentAdmin(admin.ModelAdmin):
+    list_display = ["id", "issue", "author", "runtime", "created_at", "retracted_at"]
+    exclude = ["body_enc", "retract_note_enc"]
+    raw_id_fields = ["issue", "author", "key", "org", "retracted_by"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Attachment)
+class AttachmentAdmin(admin.ModelAdmin):
+    list_display = ["id", "issue", "created_by", "created_at", "obsolete_at"]
+    exclude = ["url_enc", "title_enc", "obsolete_reason_enc"]
+    raw_id_fields = ["issue", "created_by", "key", "org"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(admin.ModelAdmin):
+    list_display = ["id", "issue", "author", "runtime", "created_at"]
+    exclude = ["note_enc"]
+    raw_id_fields = ["issue", "author", "key", "org"]
+
+
+@admin.register(Activity)
+class ActivityAdmin(admin.ModelAdmin):
+    list_display = ["org", "seq", "verb", "runtime", "principal", "created_at"]
+    list_filter = ["verb", "runtime"]
+    search_fields = ["org__slug", "verb"]
+    exclude = ["changes_enc"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields if f.name != "changes_enc"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,155 @@
+"""Reads over issues. Every lookup is scoped to the actor's org: others read as NOT_FOUND."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.core.actor import Actor
+from apps.core.errors import ServiceError, invalid, not_found
+from apps.issues.models import Activity, Issue, Label, Status
+from apps.issues.sla import sla
+from apps.orgs.models import Membership, Project
+
+User = get_user_model()
+IDENT_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]{1,9})-(\d{1,9})\s*$")
+
+
+def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue:
+    match = IDENT_RE.match(str(identifier or ""))
+    if not match:
+        raise ServiceError("NOT_FOUND", f"{identifier!r} is not an issue identifier (like ABC-12).")
+    qs = Issue.objects.select_related("project").filter(
+        org_id=actor.org.pk, project__prefix=match.group(1).upper(), number=int(match.group(2))
+    )
+    if lock:
+        qs = qs.select_for_update(no_key=True, of=("self",))
+    issue = qs.first()
+    if issue is None:
+        raise not_found(f"Issue {identifier}")
+    return issue
+
+
+def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
+    if not prefix:
+        if actor.project is None:
+            raise invalid("prefix", "Name a project prefix.")
+        return actor.project
+    project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+    if project is None:
+        raise not_found(f"Project {prefix}")
+    return project
+
+
+def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) -> int | None:
+    """A human of the org named by e-mail, member id, ``me`` (or ``none``): their user id."""
+    if ref is None or (isinstance(ref, str) and ref.strip().lower() in ("", "none")):
+        if allow_none:
+            return None
+        raise invalid(field, f"{field} must name a person.")
+    text = str(ref).strip()
+    if text.lower() == "me":
+        if actor.principal_id is None:
+            raise invalid(field, "'me' needs a person.")
+        return actor.principal_id
+    members = Membership.objects.filter(org_id=actor.org.pk)
+    if text.isdigit():
+        membership = members.filter(pk=int(text)).first()
+    else:
+        membership = members.filter(user__email__iexact=text).first()
+    if membership is None:
+        raise invalid(field, f"{text!r} is not a member of this org.")
+    return membership.user_id
+
+
+def active_member(*, org_id, user_id) -> bool:
+    return Membership.objects.filter(org_id=org_id, user_id=user_id, status=Membership.Status.ACTIVE).exists()
+
+
+def sla_of(issue: Issue, now=None):
+    state, remaining, _ = sla(issue.created_at, issue.due_at, now or timezone.now())
+    return state, remaining
+
+
+# --- listing -------------------------------------------------------------------------
+
+def _cursor_decode(cursor: str | None):
+    if not cursor:
+        return None
+    try:
+        created, number, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
+        return created, int(number), pk
+    except Exception:
+        raise invalid("cursor", "That cursor is not one this server gave out.") from None
+
+
+def _cursor_encode(issue: Issue) -> str:
+    return base64.urlsafe_b64encode(f"{issue.created_at.isoformat()}|{issue.number}|{issue.pk}".encode()).decode()
+
+
+def issue_list(
+    *, actor: Actor, status=None, priority=None, label=None, author=None, assignee=None,
+    sla_state=None, project=None, limit=50, cursor=None,
+) -> tuple[list[Issue], str | None]:
+    """Newest first, cursor-paginated. Filters take one value or a list."""
+    try:
+        limit = int(limit)
+    except (TypeError, ValueError):
+        raise invalid("limit", "limit must be a number from 1 to 200.") from None
+    if not 1 <= limit <= 200:
+        raise invalid("limit", "limit must be a number from 1 to 200.")
+    qs = Issue.objects.filter(org_id=actor.org.pk).with_people()
+    if project:
+        qs = qs.filter(project=project_resolve(actor=actor, prefix=project))
+    if status:
+        values = [status] if isinstance(status, str) else list(status)
+        bad = [v for v in values if v not in Status.values]
+        if bad:
+            raise invalid("status", f"Unknown status {bad[0]!r}; use one of {', '.join(Status.values)}.")
+        qs = qs.filter(status__in=values)
+    if priority is not None and priority != "":
+        values = [priority] if not isinstance(priority, list) else priority
+        try:
+            values = [int(v) for v in values]
+        except (TypeError, ValueError):
+            raise invalid("priority", "priority is 0-4.") from None
+        qs = qs.filter(priority__in=values)
+    if label:
+        qs = qs.filter(labels__name=label)
+    if author:
+        qs = qs.filter(author_id=human_resolve(actor=actor, ref=author, field="author"))
+    if assignee:
+        qs = qs.filter(assignee_id=human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True))
+    decoded = _cursor_decode(cursor)
+    if decoded:
+        created, number, pk = decoded
+        qs = qs.filter(Q(created_at__lt=created) | Q(created_at=created, pk__lt=pk))
+    qs = qs.order_by("-created_at", "-pk")
+    if sla_state:
+        if sla_state not in ("ok", "warning", "breaching", "breached"):
+            raise invalid("slaState", "slaState is ok, warning, breaching or breached.")
+        now = timezone.now()
+        qs = qs.filter(due_at__isnull=False)
+        rows, page = [], qs.iterator(chunk_size=200)
+        for issue in page:
+            if sla_of(issue, now)[0] == sla_state:
+                rows.append(issue)
+                if len(rows) > limit:
+                    break
+    else:
+        rows = list(qs[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (_cursor_encode(rows[-1]) if more and rows else None)
+
+
+def activity_for_issue(*, issue: Issue) -> list[Activity]:
+    return list(Activity.objects.filter(issue_id=issue.pk).select_related("principal", "key").order_by("seq"))
+
+
+def labels_list(*, actor: Actor) -> list[Label]:
+    return list(Label.objects.filter(org_id=actor.org.pk).order_by("name"))

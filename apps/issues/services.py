@@ -1,0 +1,540 @@
+"""Issue writes: create, edit, status transitions, relations, comments, labels, attachments.
+
+Every function takes keyword-only arguments, runs inside ``apps.core.unit.mutation``
+(one receipt per change, metering, rank refresh after commit), and validates all input
+before writing anything, so a refusal leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError
+from django.db.models import F
+from django.utils import timezone
+
+from apps.core.actor import Actor
+from apps.core.errors import ServiceError, invalid, not_found
+from apps.core.unit import mutation
+from apps.issues import inputs
+from apps.issues.models import CLOSED, Attachment, Checkpoint, Comment, Issue, Label, Relation, Status
+from apps.issues.ranking import ancestors, lock_org_ranks
+from apps.issues.selectors import active_member, human_resolve, issue_resolve, project_resolve
+from apps.leases.fencing import claim_fence, is_live
+from apps.orgs.models import Project
+
+UNSET = object()
+
+
+# --- helpers --------------------------------------------------------------------------
+
+def _labels(*, actor: Actor, names) -> list[Label]:
+    names = inputs.string_list(names, "labels", item_limit=60)
+    found = []
+    for name in dict.fromkeys(names):
+        label, _ = Label.objects.get_or_create(org_id=actor.org.pk, name=name)
+        found.append(label)
+    return found
+
+
+def _blockers(*, actor: Actor, identifiers) -> list[Issue]:
+    idents = inputs.string_list(identifiers, "blockedBy", item_limit=30)
+    out = []
+    for ident in dict.fromkeys(idents):
+        try:
+            out.append(issue_resolve(actor=actor, identifier=ident))
+        except ServiceError:
+            raise invalid("blockedBy", f"blockedBy names {ident}, which does not exist.") from None
+    return out
+
+
+def _parent(*, actor: Actor, ref, child: Issue | None = None) -> Issue | None:
+    if ref is None or ref == "" or (isinstance(ref, str) and ref.lower() == "none"):
+        return None
+    try:
+        parent = issue_resolve(actor=actor, identifier=ref)
+    except ServiceError:
+        raise invalid("parent", f"parent names {ref}, which does not exist.") from None
+    if parent.work:
+        raise invalid("parent", f"{parent.identifier} is a work item; a parent must be a container (work:false).")
+    seen, node = set(), parent
+    while node is not None:
+        if child is not None and node.pk == child.pk:
+            raise ServiceError("CYCLE", f"{parent.identifier} is inside {child.identifier}; parents cannot loop.")
+        if node.pk in seen:
+            break
+        seen.add(node.pk)
+        node = node.parent
+    return parent
+
+
+def _would_cycle(*, source: Issue, target: Issue) -> bool:
+    """Adding source-blocks->target closes a cycle iff target already blocks source."""
+    return target.pk in ancestors([source.pk])
+
+
+def _edge_blocks(*, actor: Actor, source: Issue, target: Issue, unit) -> bool:
+    """Add a blocks edge (idempotent). The org rank lock is held by the caller."""
+    if source.pk == target.pk:
+        raise ServiceError("CYCLE", f"{source.identifier} cannot block itself.")
+    if Relation.objects.filter(source=source, target=target, type=Relation.Type.BLOCKS).exists():
+        return False
+    if _would_cycle(source=source, target=target):
+        raise ServiceError(
+            "CYCLE", f"{source.identifier} blocks {target.identifier} would close a cycle: "
+            f"{target.identifier} already blocks {source.identifier}.",
+        )
+    Relation.objects.create(org_id=actor.org.pk, source=source, target=target, type=Relation.Type.BLOCKS)
+    unit.rank_dirty(source.pk)
+    return True
+
+
+def _value(issue: Issue, field: str):
+    """A field's value as receipts store it (plaintext, JSON-friendly)."""
+    if field == "assignee":
+        return issue.assignee_id
+    if field == "parent":
+        return issue.parent.identifier if issue.parent_id else None
+    if field == "dueAt":
+        return issue.due_at.isoformat() if issue.due_at else None
+    if field == "checkpoint":
+        return issue.checkpoint.note if issue.checkpoint_id else None
+    return getattr(issue, _ATTR[field])
+
+
+_ATTR = {
+    "title": "title", "body": "body", "status": "status", "priority": "priority", "work": "work",
+    "acceptance": "acceptance", "evidence": "evidence", "cancelReason": "cancel_reason",
+    "awaitingTriage": "awaiting_triage", "reclaimCount": "reclaim_count", "noDependency": "no_dependency",
+}
+FOLDED_FIELDS = (
+    "title", "body", "status", "priority", "work", "dueAt", "assignee", "labels", "acceptance",
+    "evidence", "cancelReason", "parent", "awaitingTriage", "checkpoint", "reclaimCount",
+)
+
+
+def state_for_fold(issue: Issue) -> dict:
+    """The row's current state in receipt terms; folding its receipts must give the same."""
+    state = {f: _value(issue, f) for f in FOLDED_FIELDS if f != "labels"}
+    state["labels"] = sorted(issue.labels.values_list("name", flat=True))
+    return state
+
+
+def fold(entries) -> dict:
+    """Rebuild an issue's state by applying each receipt's ``after`` values in order."""
+    state: dict = {}
+    for entry in entries:
+        for field, change in (entry.changes or {}).items():
+            if field in FOLDED_FIELDS and isinstance(change, list) and len(change) == 2:
+                state[field] = change[1]
+    return state
+
+
+# --- create ---------------------------------------------------------------------------
+
+def issue_create(
+    *, actor: Actor, title, work, body=None, blocked_by=None, no_dependency=None, status=None,
+    assignee=None, priority=None, due_at=None, labels=None, acceptance=None, parent=None,
+    project: str | None = None, awaiting_triage: bool = False, source: str = "agent", source_ref: str = "",
+) -> Issue:
+    """Create an issue. ``blockedBy`` or ``noDependency`` is required (SPEC §3)."""
+    title = inputs.text(title, "title", required=True, limit=inputs.MAX_TITLE, one_line=True)
+    if work is None:
+        raise invalid("work", "work is required: true for a unit an agent executes, false for a container.")
+    work = inputs.boolean(work, "work")
+    body = inputs.text(body, "body")
+    if blocked_by in (None, []) and not (isinstance(no_dependency, str) and no_dependency.strip()):
+        raise invalid(
+            "blockedBy", "Say what this depends on: blockedBy (identifiers) or noDependency (a one-line reason)."
+        )
+    no_dependency = inputs.text(no_dependency, "noDependency", limit=300, one_line=True)
+    status = status or Status.TODO
+    if status not in (Status.TODO, Status.BLOCKED):
+        raise invalid("status", "A new issue starts as todo (or blocked for an external wait).")
+    priority = inputs.priority(priority if priority is not None else 0)
+    due = inputs.due(due_at, org_timezone=actor.org.timezone)
+    acceptance = inputs.string_list(acceptance, "acceptance")
+    assignee_id = human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True)
+    target_project: Project = project_resolve(actor=actor, prefix=project)
+
+    with mutation(actor, "issue_create") as unit:
+        blockers = _blockers(actor=actor, identifiers=blocked_by) if blocked_by else []
+        parent_issue = _parent(actor=actor, ref=parent)
+        label_rows = _labels(actor=actor, names=labels) if labels else []
+        if blockers:
+            lock_org_ranks(actor.org.pk)
+        # The project row lock orders concurrent creations: numbers have no gaps or dupes.
+        Project.objects.filter(pk=target_project.pk).update(issue_seq=F("issue_seq") + 1)
+        number = Project.objects.values_list("issue_seq", flat=True).get(pk=target_project.pk)
+        now = timezone.now()
+        issue = Issue(
+            org_id=actor.org.pk, project=target_project, number=number, work=work, status=status,
+            priority=priority, due_at=due, assignee_id=assignee_id, author_id=actor.principal_id,
+            author_key=actor.key, parent=parent_issue, awaiting_triage=awaiting_triage, source=source,
+            source_ref=source_ref[:255], created_at=now, updated_at=now, rank_dirty=True,
+        )
+        issue.title = title
+        issue.body = body
+        issue.acceptance = acceptance or None
+        issue.no_dependency = no_dependency
+        issue.save(force_insert=True)
+        if label_rows:
+            issue.labels.set(label_rows)
+        for blocker in blockers:
+            _edge_blocks(actor=actor, source=blocker, target=issue, unit=unit)
+        unit.rank_dirty(issue.pk)
+        changes = {f: [None, _value(issue, f)] for f in FOLDED_FIELDS if f not in ("labels", "checkpoint")}
+        changes["labels"] = [None, sorted(label.name for label in label_rows)]
+        changes["blockedBy"] = [None, [b.identifier for b in blockers]]
+        if no_dependency:
+            changes["noDependency"] = [None, no_dependency]
+        unit.record("created", issue=issue, changes=changes)
+    issue.project = target_project
+    return issue
+
+
+# --- update ---------------------------------------------------------------------------
+
+def issue_update(
+    *, actor: Actor, identifier: str, claim_token: str | None = None, title=UNSET, body=UNSET, work=UNSET,
+    blocked_by=UNSET, no_dependency=UNSET, status=UNSET, assignee=UNSET, priority=UNSET, due_at=UNSET,
+    labels=UNSET, acceptance=UNSET, evidence=UNSET, cancel_reason=UNSET, parent=UNSET,
+    awaiting_triage=UNSET,
+) -> Issue:
+    """Edit fields and/or move status. Writes to a held issue need its claim token."""
+    parsed: dict = {}
+    if title is not UNSET:
+        parsed["title"] = inputs.text(title, "title", required=True, limit=inputs.MAX_TITLE, one_line=True)
+    if body is not UNSET:
+        parsed["body"] = inputs.text(body, "body")
+    if work is not UNSET:
+        parsed["work"] = inputs.boolean(work, "work")
+    if priority is not UNSET:
+        parsed["priority"] = inputs.priority(priority)
+    if due_at is not UNSET:
+        parsed["dueAt"] = inputs.due(due_at, org_timezone=actor.org.timezone)
+    if assignee is not UNSET:
+        parsed["assignee"] = human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True)
+    if acceptance is not UNSET:
+        parsed["acceptance"] = inputs.string_list(acceptance, "acceptance") or None
+    if cancel_reason is not UNSET:
+        parsed["cancelReason"] = inputs.text(cancel_reason, "cancelReason", limit=2000)
+    if no_dependency is not UNSET:
+        parsed["noDependency"] = inputs.text(no_dependency, "noDependency", limit=300, one_line=True)
+    if awaiting_triage is not UNSET:
+        parsed["awaitingTriage"] = inputs.boolean(awaiting_triage, "awaitingTriage")
+    if status is not UNSET and status not in Status.values:
+        raise invalid("status", f"Unknown status {status!r}; use one of {', '.join(Status.values)}.")
+    action = "issue_body_edit" if "body" in parsed else "issue_edit"
+
+    with mutation(actor, action) as unit:
+        issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
+        now = timezone.now()
+        claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=False)
+        diff: dict = {}
+        update_fields: set = set()
+
+        def put(field: str, attr: str, value):
+            before = _value(issue, field)
+            setattr(issue, attr, value)
+            after = _value(issue, field)
+            if before != after:
+                diff[field] = [before, after]
+                update_fields.add(attr if not attr.endswith("_id") else attr)
+
+        for field, attr in (("title", "title"), ("body", "body"), ("work", "work"), ("priority", "priority"),
+                            ("acceptance", "acceptance"), ("cancelReason", "cancel_reason"),
+                            ("noDependency", "no_dependency"), ("awaitingTriage", "awaiting_triage")):
+            if field in parsed:
+                put(field, attr, parsed[field])
+        if "dueAt" in parsed:
+            put("dueAt", "due_at", parsed["dueAt"])
+        if "assignee" in parsed:
+            put("assignee", "assignee_id", parsed["assignee"])
+        if parent is not UNSET:
+            put("parent", "parent", _parent(actor=actor, ref=parent, child=issue))
+        if "work" in diff and not issue.work and is_live(issue, now):
+            raise invalid("work", "Release the claim before turning the issue into a container.")
+        if evidence is not UNSET:
+            criteria = len(issue.acceptance or [])
+            if criteria == 0:
+                raise invalid("evidence", "This issue has no acceptance criteria to give evidence for.")
+            put("evidence", "evidence", inputs.evidence(evidence, criteria))
+        if labels is not UNSET:
+            new_labels = _labels(actor=actor, names=labels)
+            before = sorted(issue.labels.values_list("name", flat=True))
+            after = sorted(label.name for label in new_labels)
+            if before != after:
+                issue.labels.set(new_labels)
+                diff["labels"] = [before, after]
+        if blocked_by is not UNSET and blocked_by:
+            lock_org_ranks(actor.org.pk)
+            added = [b.identifier for b in _blockers(actor=actor, identifiers=blocked_by)
+                     if _edge_blocks(actor=actor, source=b, target=issue, unit=unit)]
+            if added:
+                diff["blockedBy+"] = [None, added]
+        verb = "updated"
+        if status is not UNSET and status != issue.status:
+            verb = _transition(issue=issue, new=status, actor=actor, claim=claim, now=now, diff=diff, unit=unit)
+            update_fields.update({"status", "closed_at", "checkpoint", "submitted_by", "review_requested_at",
+                                  "lease_claim_id", "lease_principal_id", "lease_expires_at", "cancel_reason_enc"})
+        if {"priority", "dueAt", "status"} & diff.keys():
+            unit.rank_dirty(issue.pk)
+        if not diff:
+            return issue
+        issue.updated_at = now
+        update_fields = {_column(f) for f in update_fields} | {"updated_at"}
+        issue.save(update_fields=sorted(update_fields))
+        unit.record(verb, issue=issue, changes=diff)
+    return issue
+
+
+def _column(attr: str) -> str:
+    sealed = {"title", "body", "acceptance", "evidence", "cancel_reason", "no_dependency"}
+    return f"{attr}_enc" if attr in sealed else attr
+
+
+def _require_evidence(issue: Issue) -> None:
+    criteria = issue.acceptance or []
+    given = issue.evidence or []
+    missing = [i for i in range(len(criteria)) if i >= len(given) or not given[i]]
+    if missing:
+        raise ServiceError(
+            "ACCEPTANCE_EVIDENCE_REQUIRED",
+            f"Give evidence for every acceptance criterion; missing for {', '.join(str(i) for i in missing)}.",
+            missing=[{"index": i, "criterion": criteria[i]} for i in missing],
+        )
+
+
+def _require_reviewer(issue: Issue, actor: Actor, claim) -> None:
+    if actor.principal_id is not None and actor.principal_id == issue.submitted_by_id:
+        raise ServiceError("AUTHOR_CANNOT_REVIEW", f"You submitted {issue.identifier}; another person must review it.")
+    if actor.is_agent and (claim is None or claim.kind != "review"):
+        raise ServiceError("CLAIM_REQUIRED", f"Claim the review of {issue.identifier} first (claim_issue).")
+
+
+def _end_claim(issue: Issue, claim_id, reason: str, now) -> None:
+    from apps.leases.models import Claim
+
+    if claim_id:
+        Claim.objects.filter(pk=claim_id, ended_at__isnull=True).update(ended_at=now, end_reason=reason)
+    issue.lease_claim_id = issue.lease_principal_id = issue.lease_expires_at = None
+
+
+def _transition(*, issue: Issue, new: str, actor: Actor, claim, now, diff: dict, unit) -> str:
+    """Apply one status change (SPEC §3). Returns the receipt's verb."""
+    old = issue.status
+    held_id = issue.lease_claim_id
+    verb = "status_changed"
+    if new == Status.DONE:
+        if old == Status.REVIEW:
+            _require_reviewer(issue, actor, claim)
+            verb = "review_approved"
+        else:
+            if actor.is_agent and claim is None:
+                raise ServiceError("CLAIM_REQUIRED", f"Claim {issue.identifier} first; finishing needs your live claim.")
+            verb = "finished"
+        _require_evidence(issue)
+        _end_claim(issue, held_id, "finished", now)
+    elif new == Status.CANCELED:
+        if not issue.cancel_reason:
+            raise invalid("cancelReason", "Canceling needs a cancelReason.")
+        _end_claim(issue, held_id, "finished", now)
+        verb = "canceled"
+    elif new == Status.REVIEW:
+        if actor.is_agent and claim is None:
+            raise ServiceError("CLAIM_REQUIRED", f"Claim {issue.identifier} first; only its holder submits it for review.")
+        if issue.assignee_id is None or issue.assignee_id == actor.principal_id or not active_member(
+            org_id=issue.org_id, user_id=issue.assignee_id
+        ):
+            raise ServiceError(
+                "REVIEWER_REQUIRED",
+                "Review needs an assignee who is an active person other than you.",
+                tell_human=f"Assign a reviewer to {issue.identifier}.",
+            )
+        if issue.checkpoint_id is None:
+            raise ServiceError("HANDOFF_REQUIRED", "Write a checkpoint (handoff note for the reviewer) first.")
+        _require_evidence(issue)
+        _end_claim(issue, held_id, "submitted", now)
+        issue.submitted_by_id = actor.principal_id
+        issue.review_requested_at = now
+        verb = "review_requested"
+    elif old == Status.REVIEW:
+        if new != Status.TODO:
+            raise invalid("status", "A review ends in done (approve) or todo (send back).")
+        _require_reviewer(issue, actor, claim)
+        if not Comment.objects.filter(
+            issue=issue, author_id=actor.principal_id, created_at__gte=issue.review_requested_at, retracted_at__isnull=True
+        ).exists():
+            raise ServiceError("REVIEW_COMMENT_REQUIRED", "Say why with a comment (save_comment) before sending it back.")
+        _end_claim(issue, held_id, "released", now)
+        issue.submitted_by_id = None
+        issue.review_requested_at = None
+        verb = "review_sent_back"
+    elif old in CLOSED:
+        verb = "reopened"
+    issue.status = new
+    diff["status"] = [old, new]
+    if new in CLOSED:
+        issue.closed_at = now
+        if issue.checkpoint_id:
+            diff["checkpoint"] = [issue.checkpoint.note, None]
+            issue.checkpoint = None
+    elif old in CLOSED:
+        issue.closed_at = None
+        if issue.cancel_reason:
+            diff["cancelReason"] = [issue.cancel_reason, None]
+            issue.cancel_reason = None
+    if held_id and issue.lease_claim_id is None:
+        diff["claim"] = ["held", None]
+    unit.rank_dirty(issue.pk)
+    return verb
+
+
+# --- relations ------------------------------------------------------------------------
+
+RELATION_TYPES = ("blocks", "blocked_by", "related", "duplicate")
+
+
+def _relation_ends(*, actor: Actor, source_id: str, target_id: str, type: str):
+    if type not in RELATION_TYPES:
+        raise invalid("type", f"type is one of {', '.join(RELATION_TYPES)}.")
+    source = issue_resolve(actor=actor, identifier=source_id)
+    target = issue_resolve(actor=actor, identifier=target_id)
+    if type == "blocked_by":
+        source, target, type = target, source, "blocks"
+    return source, target, type
+
+
+def relation_add(*, actor: Actor, source_id: str, target_id: str, type: str) -> dict:
+    with mutation(actor, "add_relation") as unit:
+        source, target, kind = _relation_ends(actor=actor, source_id=source_id, target_id=target_id, type=type)
+        if source.pk == target.pk:
+            raise ServiceError("CYCLE", "An issue cannot relate to itself.")
+        if kind == "blocks":
+            lock_org_ranks(actor.org.pk)
+            created = _edge_blocks(actor=actor, source=source, target=target, unit=unit)
+        else:
+            exists = Relation.objects.filter(type=kind, source__in=[source, target], target__in=[source, target]).exists()
+            created = not exists
+            if created:
+                try:
+                    Relation.objects.create(org_id=actor.org.pk, source=source, target=target, type=kind)
+                except IntegrityError:
+                    created = False
+        if created:
+            unit.record("relation_added", issue=source, changes={"relation": [None, [kind, source.identifier, target.identifier]]})
+            if kind == "blocks":
+                unit.record("relation_added", issue=target, changes={"relation": [None, [kind, source.identifier, target.identifier]]})
+    return {"source": source.identifier, "target": target.identifier, "type": kind, "created": created}
+
+
+def relation_remove(*, actor: Actor, source_id: str, target_id: str, type: str) -> dict:
+    with mutation(actor, "remove_relation") as unit:
+        source, target, kind = _relation_ends(actor=actor, source_id=source_id, target_id=target_id, type=type)
+        qs = Relation.objects.filter(type=kind, source=source, target=target)
+        if kind != "blocks":
+            qs = Relation.objects.filter(type=kind, source__in=[source, target], target__in=[source, target])
+        else:
+            lock_org_ranks(actor.org.pk)
+        removed, _ = qs.delete()
+        if removed:
+            unit.rank_dirty(source.pk)
+            unit.record("relation_removed", issue=source, changes={"relation": [[kind, source.identifier, target.identifier], None]})
+            if kind == "blocks":
+                unit.record("relation_removed", issue=target, changes={"relation": [[kind, source.identifier, target.identifier], None]})
+    return {"source": source.identifier, "target": target.identifier, "type": kind, "removed": bool(removed)}
+
+
+# --- comments, labels, attachments ----------------------------------------------------
+
+def comment_create(*, actor: Actor, issue: str, body) -> Comment:
+    body = inputs.text(body, "body", required=True, limit=50_000)
+    with mutation(actor, "save_comment") as unit:
+        target = issue_resolve(actor=actor, identifier=issue)
+        comment = Comment(org_id=actor.org.pk, issue=target, author_id=actor.principal_id, key=actor.key, runtime=actor.runtime)
+        comment.body = body
+        comment.save(force_insert=True)
+        unit.record("commented", issue=target, changes={"comment": [None, {"id": str(comment.pk), "body": body}]})
+    return comment
+
+
+def comment_retract(*, actor: Actor, comment: str, note) -> Comment:
+    note = inputs.text(note, "note", required=True, limit=2000)
+    with mutation(actor, "retract_comment") as unit:
+        row = _by_uuid(Comment, comment, actor, "Comment", lock=True)
+        if row.retracted_at is not None:
+            raise ServiceError("CONFLICT", "That comment is already retracted.")
+        if row.author_id != actor.principal_id and not actor.is_owner:
+            raise ServiceError("FORBIDDEN", "Only the comment's author or an org owner can retract it.")
+        row.retracted_at = timezone.now()
+        row.retracted_by_id = actor.principal_id
+        row.retract_note = note
+        row.save(update_fields=["retracted_at", "retracted_by", "retract_note_enc"])
+        unit.record("comment_retracted", issue=row.issue_id, changes={"retracted": [None, {"id": str(row.pk), "note": note}]})
+    return row
+
+
+def label_save(*, actor: Actor, name, color=None) -> Label:
+    name = inputs.text(name, "name", required=True, limit=60, one_line=True)
+    color = inputs.color(color)
+    with mutation(actor, "save_label") as unit:
+        label, created = Label.objects.get_or_create(org_id=actor.org.pk, name=name, defaults={"color": color})
+        if not created and label.color != color:
+            unit.record("label_saved", changes={"label": [[name, label.color], [name, color]]})
+            label.color = color
+            label.save(update_fields=["color"])
+        elif created:
+            unit.record("label_saved", changes={"label": [None, [name, color]]})
+    return label
+
+
+def attachment_create(*, actor: Actor, issue: str, url, title=None) -> Attachment:
+    url = inputs.url(url)
+    title = inputs.text(title, "title", limit=300, one_line=True)
+    with mutation(actor, "save_attachment") as unit:
+        target = issue_resolve(actor=actor, identifier=issue)
+        att = Attachment(org_id=actor.org.pk, issue=target, created_by_id=actor.principal_id, key=actor.key)
+        att.url = url
+        att.title = title
+        att.save(force_insert=True)
+        unit.record("attached", issue=target, changes={"attachment": [None, {"id": str(att.pk), "url": url, "title": title}]})
+    return att
+
+
+def attachment_obsolete(*, actor: Actor, attachment: str, reason) -> Attachment:
+    reason = inputs.text(reason, "reason", required=True, limit=2000)
+    with mutation(actor, "obsolete_attachment") as unit:
+        att = _by_uuid(Attachment, attachment, actor, "Attachment", lock=True)
+        if att.obsolete_at is not None:
+            raise ServiceError("CONFLICT", "That attachment is already obsolete.")
+        att.obsolete_at = timezone.now()
+        att.obsolete_reason = reason
+        att.save(update_fields=["obsolete_at", "obsolete_reason_enc"])
+        unit.record("attachment_obsoleted", issue=att.issue_id, changes={"obsolete": [None, {"id": str(att.pk), "reason": reason}]})
+    return att
+
+
+def _by_uuid(model, ref, actor: Actor, what: str, lock: bool = False):
+    import uuid
+
+    try:
+        pk = uuid.UUID(str(ref))
+    except ValueError:
+        raise not_found(what) from None
+    qs = model.objects.select_related("issue__project").filter(pk=pk, org_id=actor.org.pk)
+    if lock:
+        qs = qs.select_for_update(no_key=True, of=("self",))
+    row = qs.first()
+    if row is None:
+        raise not_found(what)
+    return row
+
+
+def checkpoint_write(*, actor: Actor, issue: Issue, note: str, claim_id, unit) -> Checkpoint:
+    """Store a checkpoint as the issue's latest handoff. Called with the claim verified."""
+    before = issue.checkpoint.note if issue.checkpoint_id else None
+    cp = Checkpoint(org_id=actor.org.pk, issue=issue, author_id=actor.principal_id, key=actor.key, runtime=actor.runtime, claim_id=claim_id)
+    cp.note = note
+    cp.save(force_insert=True)
+    issue.checkpoint = cp
+    unit.record("checkpointed", issue=issue, changes={"checkpoint": [before, note]})
+    return cp

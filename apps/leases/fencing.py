@@ -1,0 +1,66 @@
+"""Claim tokens: minting, hashing, and the fence every claim-bound write passes."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from apps.core.errors import ServiceError
+from apps.leases.models import Claim
+
+TOKEN_PREFIX = "rtclm_"
+
+
+def new_token() -> tuple[str, str]:
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return raw, token_hash(raw)
+
+
+def token_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def is_live(issue, now) -> bool:
+    return issue.lease_claim_id is not None and issue.lease_expires_at is not None and issue.lease_expires_at > now
+
+
+def holder_only(issue) -> ServiceError:
+    return ServiceError(
+        "CLAIM_MISMATCH",
+        f"{issue.identifier} is held by another agent; only its holder can write to it.",
+        reason="holder-only-writes",
+        expiresAt=issue.lease_expires_at.isoformat() if issue.lease_expires_at else None,
+    )
+
+
+def claim_fence(*, issue, actor, token: str | None, now, required: bool) -> Claim | None:
+    """Return the live claim ``token`` proves on ``issue`` (the row must be locked).
+
+    - token of a claim on this issue that is no longer the live one (superseded,
+      expired, released): CLAIM_LOST;
+    - the issue is held live and the caller shows no valid token of its own:
+      CLAIM_MISMATCH (HTTP 403, holder-only-writes);
+    - no token, the issue is not held, and the write needs a claim: CLAIM_REQUIRED.
+    With ``required=False`` an unheld issue without a token passes (returns None).
+    """
+    live = is_live(issue, now)
+    if token:
+        claim = Claim.objects.filter(token_hash=token_hash(token), issue_id=issue.pk).first()
+        if claim is None or claim.principal_id != actor.principal_id:
+            if live or required:
+                raise holder_only(issue) if live else ServiceError(
+                    "CLAIM_MISMATCH", "That claim token is not yours for this issue.", reason="holder-only-writes"
+                )
+            return None
+        if claim.pk == issue.lease_claim_id and live and claim.ended_at is None:
+            return claim
+        raise ServiceError(
+            "CLAIM_LOST",
+            f"Your claim on {issue.identifier} ended ({claim.end_reason or 'lease expired'}); claim it again to continue.",
+            reclaimCount=issue.reclaim_count,
+        )
+    if live:
+        raise holder_only(issue)
+    if required:
+        raise ServiceError("CLAIM_REQUIRED", f"Claim {issue.identifier} first (claim_issue), then pass its claimToken.")
+    return None

@@ -1,0 +1,451 @@
+"""Dispatch, claims and leases (SPEC §4).
+
+Claims are serialized per project: on PostgreSQL a transaction-scoped advisory lock on
+the project, on SQLite the immediate write transaction every atomic block takes. Inside
+that lock a claim is: pick the first eligible row by the dispatch index, then a
+conditional UPDATE that only succeeds while the row is still free; exactly one row
+must change. An expired lease counts as free the moment dispatch looks; taking such an
+issue first records the reclaim (so no periodic tick is needed for correctness).
+"""
+
+from __future__ import annotations
+
+import zlib
+from datetime import timedelta
+
+from django.db import connection
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
+from django.utils.text import slugify
+
+from apps.core.actor import Actor
+from apps.core.errors import ServiceError, invalid
+from apps.core.unit import mutation
+from apps.issues import inputs
+from apps.issues.models import CLOSED, DISPATCHABLE, Issue, Relation, Status
+from apps.issues.ranking import ranks_catch_up
+from apps.issues.selectors import issue_resolve
+from apps.issues.services import checkpoint_write
+from apps.leases.fencing import claim_fence, is_live, new_token
+from apps.leases.models import Claim
+
+MAX_BATCH = 25
+
+
+def lock_project_claims(project_id: int) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7302, zlib.crc32(str(project_id).encode()) - 2**31])
+
+
+def _open_blocker_exists():
+    return Exists(
+        Relation.objects.filter(target_id=OuterRef("pk"), type=Relation.Type.BLOCKS).exclude(source__status__in=CLOSED)
+    )
+
+
+def ready_queryset(*, actor: Actor, project_id: int, now, all_lanes: bool):
+    """Eligible issues in dispatch order: the partial index ``issue_dispatch`` serves it."""
+    qs = (
+        Issue.objects.filter(project_id=project_id, work=True, awaiting_triage=False, status__in=DISPATCHABLE)
+        .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+        .exclude(status=Status.REVIEW, submitted_by_id=actor.principal_id)
+        .exclude(_open_blocker_exists())
+    )
+    if not all_lanes:
+        qs = qs.filter(Q(assignee_id__isnull=True) | Q(assignee_id=actor.principal_id))
+    return qs.order_by("dispatch_rank", "created_at", "number")
+
+
+def _live_claims(key_id: int, now) -> int:
+    return Claim.objects.filter(key_id=key_id, ended_at__isnull=True, expires_at__gt=now).count()
+
+
+def _check_cap(actor: Actor, now, wanted: int = 1) -> None:
+    cap = actor.org.effective_claim_cap
+    held = _live_claims(actor.key_id, now) if actor.key_id else 0
+    if held + wanted > cap:
+        raise ServiceError(
+            "CLAIM_CAP", f"This key already holds {held} live claims (cap {cap}); finish or release one first.",
+            held=held, cap=cap,
+        )
+
+
+def _branch(issue: Issue) -> str:
+    slug = slugify(issue.title or "")[:40].strip("-") or "work"
+    return f"{issue.project.prefix.lower()}-{issue.number}/{slug}"
+
+
+def _take(*, issue: Issue, actor: Actor, now, unit, kind: str) -> tuple[Claim, str]:
+    """Mark ``issue`` held by a new claim. Caller holds the project lock and has checked
+    eligibility; the conditional UPDATE re-checks that the lease is still free."""
+    ttl = timedelta(seconds=actor.org.lease_ttl)
+    prior_claim = issue.lease_claim_id
+    expired = prior_claim is not None and issue.lease_expires_at is not None and issue.lease_expires_at <= now
+    if expired:
+        _reclaim(issue=issue, now=now, unit=unit)
+    raw, digest = new_token()
+    claim = Claim.objects.create(
+        org_id=actor.org.pk, issue=issue, key=actor.key, principal_id=actor.principal_id, kind=kind,
+        token_hash=digest, created_at=now, expires_at=now + ttl, last_heartbeat_at=now,
+    )
+    new_status = Status.DOING if kind == Claim.Kind.WORK else Status.REVIEW
+    changed = (
+        Issue.objects.filter(pk=issue.pk, status=issue.status)
+        .filter(Q(lease_claim_id__isnull=True) | Q(lease_expires_at__lte=now))
+        .update(status=new_status, lease_claim_id=claim.pk, lease_principal_id=actor.principal_id,
+                lease_expires_at=claim.expires_at, updated_at=now)
+    )
+    if changed != 1:  # pragma: no cover - the project lock makes this unreachable
+        raise ServiceError("HELD", f"{issue.identifier} was taken a moment ago; pull again.")
+    before = issue.status
+    issue.status, issue.lease_claim_id, issue.lease_principal_id = new_status, claim.pk, actor.principal_id
+    issue.lease_expires_at = claim.expires_at
+    issue.__dict__["_claim_key"] = actor.key_id
+    changes = {"claim": [None, {"kind": kind, "expiresAt": claim.expires_at.isoformat()}]}
+    if before != new_status:
+        changes["status"] = [before, new_status]
+    unit.record("claimed" if kind == "work" else "review_claimed", issue=issue, changes=changes)
+    return claim, raw
+
+
+def _reclaim(*, issue: Issue, now, unit) -> None:
+    """An expired lease ends: doing -> todo (a review stays in review), reclaimCount + 1."""
+    Claim.objects.filter(pk=issue.lease_claim_id, ended_at__isnull=True).update(ended_at=now, end_reason=Claim.End.EXPIRED)
+    new_status = Status.TODO if issue.status == Status.DOING else issue.status
+    Issue.objects.filter(pk=issue.pk).update(
+        status=new_status, reclaim_count=F("reclaim_count") + 1, lease_claim_id=None,
+        lease_principal_id=None, lease_expires_at=None, updated_at=now,
+    )
+    changes = {"reclaimCount": [issue.reclaim_count, issue.reclaim_count + 1], "claim": ["expired", None]}
+    if new_status != issue.status:
+        changes["status"] = [issue.status, new_status]
+    unit.record("reclaimed", issue=issue, changes=changes)
+    issue.status, issue.reclaim_count = new_status, issue.reclaim_count + 1
+    issue.lease_claim_id = issue.lease_principal_id = issue.lease_expires_at = None
+
+
+def claim_answer(*, issue: Issue, claim: Claim, raw: str, actor: Actor, now) -> dict:
+    from apps.issues.shapes import issue_shape, iso
+
+    checkpoint = issue.checkpoint
+    return {
+        "issue": issue_shape(issue, actor=actor, now=now),
+        "claimToken": raw,
+        "claimExpiresAt": iso(claim.expires_at),
+        "branch": _branch(issue),
+        "resumed": checkpoint is not None,
+        "checkpoint": checkpoint.note if checkpoint else None,
+        "checkpointBy": checkpoint.author.email if checkpoint and checkpoint.author_id else None,
+        "reclaimCount": issue.reclaim_count,
+    }
+
+
+def _require_agent(actor: Actor) -> None:
+    if not actor.is_agent:
+        raise ServiceError("FORBIDDEN", "Claims are held by agent keys; use an agent key.")
+
+
+# --- pulls ----------------------------------------------------------------------------
+
+def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
+    """Claim the first eligible issue, or say why there is none."""
+    _require_agent(actor)
+    ranks_catch_up(org_id=actor.org.pk)
+    project_id = actor.project.pk
+    with mutation(actor, "next_issue") as unit:
+        lock_project_claims(project_id)
+        now = timezone.now()
+        _check_cap(actor, now)
+        issue = ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes).select_related("project").first()
+        if issue is None:
+            unit.charge = False  # an empty pull is billed as a read below
+            empty = True
+        else:
+            empty = False
+            kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
+            claim, raw = _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind)
+    if empty:
+        from apps.core.unit import metered_read
+
+        metered_read(actor, "next_issue_empty")
+        return {"issue": None, **queue_counts(actor=actor, project_id=project_id, now=timezone.now())}
+    issue = Issue.objects.with_people().get(pk=issue.pk)
+    return claim_answer(issue=issue, claim=claim, raw=raw, actor=actor, now=now)
+
+
+def queue_counts(*, actor: Actor, project_id: int, now) -> dict:
+    base = Issue.objects.filter(project_id=project_id, work=True)
+    ready_all = ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=True)
+    mine = ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=False).count()
+    return {
+        "ready": mine,
+        "otherLanes": ready_all.count() - mine,
+        "blocked": base.exclude(status__in=CLOSED).filter(Q(status=Status.BLOCKED) | Q(_open_blocker_exists())).count(),
+        "claimed": base.filter(lease_expires_at__gt=now).count(),
+        "awaitingTriage": base.exclude(status__in=CLOSED).filter(awaiting_triage=True).count(),
+    }
+
+
+def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = False) -> dict:
+    """Up to n eligible issues with no blocks path and no duplicate edge between any two."""
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        raise invalid("n", f"n is 1-{MAX_BATCH}.") from None
+    if not 1 <= n <= MAX_BATCH:
+        raise invalid("n", f"n is 1-{MAX_BATCH}.")
+    if claim:
+        _require_agent(actor)
+    ranks_catch_up(org_id=actor.org.pk)
+    project_id = actor.project.pk
+    if not claim:
+        from apps.core.unit import metered_read
+        from apps.issues.shapes import issue_shapes
+
+        now = timezone.now()
+        picked = _independent(ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes), n)
+        metered_read(actor, "next_batch")
+        rows = list(Issue.objects.with_people().filter(pk__in=[i.pk for i in picked]))
+        order = {i.pk: k for k, i in enumerate(picked)}
+        rows.sort(key=lambda i: order[i.pk])
+        return {"issues": issue_shapes(rows, actor=actor, now=now)}
+    taken = []
+    with mutation(actor, "next_batch_claim") as unit:
+        lock_project_claims(project_id)
+        now = timezone.now()
+        cap = actor.org.effective_claim_cap
+        room = cap - _live_claims(actor.key_id, now)
+        if room <= 0:
+            _check_cap(actor, now)
+        picked = _independent(ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes).select_related("project"), min(n, room))
+        for issue in picked:
+            kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
+            taken.append((issue.pk,) + _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind))
+        if not taken:
+            unit.charge = False
+    rows = {i.pk: i for i in Issue.objects.with_people().filter(pk__in=[t[0] for t in taken])}
+    return {"claims": [claim_answer(issue=rows[pk], claim=c, raw=raw, actor=actor, now=now) for pk, c, raw in taken]}
+
+
+def _independent(queryset, n: int) -> list[Issue]:
+    """Greedy in dispatch order: skip a candidate related to an already-picked one."""
+    candidates = list(queryset[: max(n * 4, 20)])
+    if len(candidates) <= 1:
+        return candidates[:n]
+    ids = [c.pk for c in candidates]
+    reach = _reachability(ids)
+    dupes = set(
+        Relation.objects.filter(type=Relation.Type.DUPLICATE, source_id__in=ids, target_id__in=ids).values_list("source_id", "target_id")
+    )
+    picked: list[Issue] = []
+    for cand in candidates:
+        if len(picked) == n:
+            break
+        clash = any(
+            p.pk in reach.get(cand.pk, ()) or cand.pk in reach.get(p.pk, ())
+            or (cand.pk, p.pk) in dupes or (p.pk, cand.pk) in dupes
+            for p in picked
+        )
+        if not clash:
+            picked.append(cand)
+    return picked
+
+
+def _reachability(ids) -> dict:
+    """For each id, the set of issues it reaches through ``blocks`` edges (any status)."""
+    import uuid
+
+    table = Relation._meta.db_table
+    prep = Issue._meta.pk.get_db_prep_value
+    marks = ",".join(["%s"] * len(ids))
+    sql = (
+        f"WITH RECURSIVE reach(root, node) AS ("
+        f" SELECT source_id, target_id FROM {table} WHERE type = 'blocks' AND source_id IN ({marks})"
+        f" UNION SELECT reach.root, r.target_id FROM {table} r JOIN reach ON r.source_id = reach.node WHERE r.type = 'blocks'"
+        f") SELECT root, node FROM reach"
+    )
+    out: dict = {}
+    with connection.cursor() as cur:
+        cur.execute(sql, [prep(i, connection) for i in ids])
+        for root, node in cur.fetchall():
+            out.setdefault(uuid.UUID(str(root)), set()).add(uuid.UUID(str(node)))
+    return out
+
+
+# --- explicit claims and the work loop ------------------------------------------------
+
+def claim_issue(*, actor: Actor, identifier: str, claim_token: str | None = None) -> dict:
+    """Claim one issue whatever its lane, or rebind your own live claim (resume door)."""
+    _require_agent(actor)
+    with mutation(actor, "claim_issue") as unit:
+        issue = issue_resolve(actor=actor, identifier=identifier)
+        lock_project_claims(issue.project_id)
+        issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
+        now = timezone.now()
+        if claim_token:
+            claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=True)
+            # Rebind: the same claim moves to the calling (session) key, lease renewed.
+            claim.key = actor.key
+            claim.expires_at = now + timedelta(seconds=actor.org.lease_ttl)
+            claim.last_heartbeat_at = now
+            claim.save(update_fields=["key", "expires_at", "last_heartbeat_at"])
+            Issue.objects.filter(pk=issue.pk).update(lease_expires_at=claim.expires_at)
+            unit.record("claim_rebound", issue=issue, changes={"claim": [None, {"key": actor.key.prefix}]})
+            raw = claim_token
+        else:
+            _eligible(issue=issue, actor=actor, now=now)
+            _check_cap(actor, now)
+            kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
+            claim, raw = _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind)
+    issue = Issue.objects.with_people().get(pk=issue.pk)
+    return claim_answer(issue=issue, claim=claim, raw=raw, actor=actor, now=now)
+
+
+def _eligible(*, issue: Issue, actor: Actor, now) -> None:
+    """Raise the refusal that explains why ``issue`` cannot be claimed now."""
+    if not issue.work:
+        raise ServiceError("NOT_WORK", f"{issue.identifier} is a container (work:false); claim its children.")
+    if issue.status not in DISPATCHABLE:
+        raise ServiceError(f"NOT_ELIGIBLE:{issue.status}", f"{issue.identifier} is {issue.status}; it cannot be claimed.", status=issue.status)
+    if issue.awaiting_triage:
+        raise ServiceError(
+            "AWAITING_TRIAGE", f"{issue.identifier} arrived from outside and awaits a human's sign-off.",
+            tell_human=f"Triage {issue.identifier} in the Dash.",
+        )
+    blockers = list(
+        Relation.objects.filter(target=issue, type=Relation.Type.BLOCKS).exclude(source__status__in=CLOSED)
+        .select_related("source__project").order_by("source__number")
+    )
+    if blockers:
+        raise ServiceError(
+            "BLOCKED", f"{issue.identifier} waits on {len(blockers)} open blocker(s).",
+            blockers=[{"identifier": r.source.identifier, "status": r.source.status} for r in blockers],
+        )
+    if issue.status == Status.REVIEW and issue.submitted_by_id == actor.principal_id:
+        raise ServiceError("AUTHOR_CANNOT_REVIEW", f"You submitted {issue.identifier}; another person must review it.")
+    if is_live(issue, now):
+        from django.contrib.auth import get_user_model
+
+        holder = get_user_model().objects.filter(pk=issue.lease_principal_id).values_list("email", flat=True).first()
+        raise ServiceError(
+            "HELD", f"{issue.identifier} is held until {issue.lease_expires_at.isoformat()}.",
+            heldBy=holder, expiresAt=issue.lease_expires_at.isoformat(),
+        )
+
+
+def check_claim(*, actor: Actor, identifier: str) -> dict:
+    from apps.core.unit import metered_read
+    from apps.issues.shapes import iso
+
+    issue = issue_resolve(actor=actor, identifier=identifier)
+    now = timezone.now()
+    metered_read(actor, "check_claim")
+    if not is_live(issue, now):
+        return {"identifier": issue.identifier, "held": False, "youHold": False, "expiresAt": None, "status": issue.status}
+    claim = Claim.objects.select_related("principal", "key").get(pk=issue.lease_claim_id)
+    return {
+        "identifier": issue.identifier, "held": True, "status": issue.status,
+        "youHold": claim.key_id == actor.key_id, "yourPrincipalHolds": claim.principal_id == actor.principal_id,
+        "heldBy": claim.principal.email, "runtime": claim.key.runtime, "kind": claim.kind,
+        "expiresAt": iso(claim.expires_at),
+    }
+
+
+def _renew(*, issue: Issue, claim: Claim, actor: Actor, now) -> None:
+    claim.expires_at = now + timedelta(seconds=actor.org.lease_ttl)
+    claim.last_heartbeat_at = now
+    Claim.objects.filter(pk=claim.pk).update(expires_at=claim.expires_at, last_heartbeat_at=now)
+    Issue.objects.filter(pk=issue.pk, lease_claim_id=claim.pk).update(lease_expires_at=claim.expires_at)
+
+
+def heartbeat(*, actor: Actor, identifier: str, claim_token: str) -> dict:
+    """Renew the lease. Needs the live claim's token. No receipt: a heartbeat changes no content."""
+    from apps.issues.shapes import iso
+
+    with mutation(actor, "heartbeat"):
+        issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
+        now = timezone.now()
+        claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=True)
+        _renew(issue=issue, claim=claim, actor=actor, now=now)
+    return {"identifier": issue.identifier, "claimExpiresAt": iso(claim.expires_at)}
+
+
+def checkpoint(*, actor: Actor, identifier: str, note, claim_token: str) -> dict:
+    """Save the handoff note (survives release and reclaim) and renew the lease."""
+    from apps.issues.shapes import iso
+
+    note = inputs.text(note, "note", required=True, limit=50_000)
+    with mutation(actor, "checkpoint") as unit:
+        issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
+        now = timezone.now()
+        claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=True)
+        checkpoint_write(actor=actor, issue=issue, note=note, claim_id=claim.pk, unit=unit)
+        Issue.objects.filter(pk=issue.pk).update(checkpoint=issue.checkpoint, updated_at=now)
+        _renew(issue=issue, claim=claim, actor=actor, now=now)
+    return {"identifier": issue.identifier, "checkpoint": note, "claimExpiresAt": iso(claim.expires_at)}
+
+
+def release_issue(*, actor: Actor, identifier: str, claim_token: str, note=None) -> dict:
+    """Give the issue back: doing -> todo (a review stays in review). A note becomes the checkpoint."""
+    note = inputs.text(note, "note", limit=50_000) if note is not None else None
+    with mutation(actor, "release_issue") as unit:
+        issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
+        now = timezone.now()
+        claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=True)
+        if note:
+            checkpoint_write(actor=actor, issue=issue, note=note, claim_id=claim.pk, unit=unit)
+        Claim.objects.filter(pk=claim.pk).update(ended_at=now, end_reason=Claim.End.RELEASED)
+        new_status = Status.TODO if issue.status == Status.DOING else issue.status
+        Issue.objects.filter(pk=issue.pk).update(
+            status=new_status, lease_claim_id=None, lease_principal_id=None, lease_expires_at=None,
+            checkpoint=issue.checkpoint, updated_at=now,
+        )
+        changes = {"claim": ["held", None]}
+        if new_status != issue.status:
+            changes["status"] = [issue.status, new_status]
+        unit.record("released", issue=issue, changes=changes)
+    return {"identifier": issue.identifier, "status": new_status, "released": True}
+
+
+# --- reclaim job ----------------------------------------------------------------------
+
+def reclaim_expired(*, now=None, limit: int = 1000) -> int:
+    """Free every expired lease with its receipt. Idempotent: safe to run anywhere, often."""
+    from apps.orgs.models import Org
+
+    now = now or timezone.now()
+    done = 0
+    rows = list(Issue.objects.filter(lease_expires_at__lte=now).values_list("pk", "org_id", "project_id")[:limit])
+    orgs = {o.pk: o for o in Org.objects.filter(pk__in={r[1] for r in rows})}
+    for pk, org_id, project_id in rows:
+        actor = Actor.system(orgs[org_id])
+        with mutation(actor, "reclaim", charge=False) as unit:
+            lock_project_claims(project_id)
+            issue = Issue.objects.select_for_update(no_key=True, of=("self",)).select_related("project").filter(
+                pk=pk, lease_expires_at__lte=now
+            ).first()
+            if issue is None:  # another worker or a heartbeat got there first
+                continue
+            _reclaim(issue=issue, now=now, unit=unit)
+            done += 1
+    return done
+
+
+def claims_end_for_keys(*, org, key_ids) -> int:
+    """End the live claims of revoked keys: their issues become free at once."""
+    now = timezone.now()
+    ended = 0
+    for claim in Claim.objects.filter(key_id__in=key_ids, ended_at__isnull=True).select_related("issue__project"):
+        actor = Actor.system(org)
+        with mutation(actor, "claim_revoked", charge=False) as unit:
+            Claim.objects.filter(pk=claim.pk).update(ended_at=now, end_reason=Claim.End.REVOKED)
+            issue = claim.issue
+            if issue.lease_claim_id == claim.pk:
+                new_status = Status.TODO if issue.status == Status.DOING else issue.status
+                Issue.objects.filter(pk=issue.pk, lease_claim_id=claim.pk).update(
+                    status=new_status, lease_claim_id=None, lease_principal_id=None, lease_expires_at=None
+                )
+                unit.record("released", issue=issue, changes={"claim": ["revoked", None], "status": [issue.status, new_status]})
+            ended += 1
+    return ended

@@ -1,0 +1,43 @@
+from django.contrib import admin
+
+from apps.orgs.models import AgentKey, Membership, Org, Project
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    raw_id_fields = ["user"]
+
+
+@admin.register(Org)
+class OrgAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "balance_micros", "monthly_cap_micros", "activity_seq", "created_at", "deleted_at"]
+    search_fields = ["slug", "name"]
+    readonly_fields = ["id", "activity_seq", "chain_head", "spend_month", "spend_month_micros", "created_at"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "org", "role", "status", "created_at"]
+    list_filter = ["role", "status"]
+    search_fields = ["user__email", "org__slug"]
+    raw_id_fields = ["user", "org"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "org", "issue_seq", "created_at"]
+    search_fields = ["prefix", "name", "org__slug"]
+    readonly_fields = ["issue_seq"]
+
+
+@admin.register(AgentKey)
+class AgentKeyAdmin(admin.ModelAdmin):
+    # The secret is never stored; only its hash, which is not shown either.
+    list_display = ["prefix", "user", "org", "runtime", "label", "last_used_at", "revoked_at"]
+    list_filter = ["runtime", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["prefix", "label", "user__email", "org__slug"]
+    exclude = ["secret_hash"]
+    readonly_fields = ["prefix", "created_at", "last_used_at", "parent"]
+    raw_id_fields = ["user", "org", "project"]

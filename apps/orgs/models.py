@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Org(models.Model):
+    """A tenant. Its UUID names its data key in the key store and binds its ciphertexts."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=60, unique=True)
+    name = models.CharField(max_length=120)
+    timezone = models.CharField(max_length=64, default="UTC")
+    lease_ttl_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: deployment default.")
+    claim_cap = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: deployment default.")
+    # The receipt chain's head, advanced only under this row's lock (apps.core.unit).
+    activity_seq = models.BigIntegerField(default=0, editable=False)
+    chain_head = models.CharField(max_length=64, default="0" * 64, editable=False)
+    # Metering, advanced in the same locked update as the chain head.
+    balance_micros = models.BigIntegerField(default=0)
+    monthly_cap_micros = models.BigIntegerField(null=True, blank=True)
+    spend_month = models.CharField(max_length=7, default="", editable=False)
+    spend_month_micros = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def lease_ttl(self) -> int:
+        return self.lease_ttl_seconds or settings.RETASC_LEASE_TTL_SECONDS
+
+    @property
+    def effective_claim_cap(self) -> int:
+        return self.claim_cap or settings.RETASC_CLAIM_CAP
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        MEMBER = "member"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        SUSPENDED = "suspended"
+        RETIRED = "retired"
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "user"], name="membership_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.org} ({self.role})"
+
+
+class Project(models.Model):
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="projects")
+    prefix = models.CharField(max_length=10)
+    name = models.CharField(max_length=120)
+    # Last allocated issue number; bumped with F() under the row lock, so no gaps or dupes.
+    issue_seq = models.PositiveIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "prefix"], name="project_prefix_unique")]
+
+    def __str__(self) -> str:
+        return self.prefix
+
+
+class AgentKeyQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class AgentKey(models.Model):
+    """A bearer key for an agent. Only the SHA-256 of the secret is stored."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="agent_keys")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_keys")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agent_keys")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="session_keys")
+    runtime = models.CharField(max_length=40)
+    label = models.CharField(max_length=120, blank=True)
+    prefix = models.CharField(max_length=16, help_text="Visible start of the key, e.g. rtsc_ab12cd34.")
+    secret_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentKeyQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "user"], condition=Q(revoked_at__isnull=True), name="agentkey_live")]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.runtime}/{self.label})"

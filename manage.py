@@ -1,0 +1,21 @@
+#!/usr/bin/env python
+import os
+import sys
+
+
+def main():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        from django.core.management import execute_from_command_line
+
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        # A bad setting is one clear sentence, not a stack trace.
+        print(f"retasc: configuration error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

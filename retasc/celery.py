@@ -1,0 +1,20 @@
+"""Celery app. Used when REDIS_URL is set; the embedded mode runs the same jobs in-process."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
+
+app = Celery("retasc")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["apps.leases", "apps.issues"])
+
+
+@app.on_after_configure.connect
+def setup_periodic_tasks(sender, **kwargs):
+    from django.conf import settings
+
+    every = settings.RETASC_RECLAIM_INTERVAL_SECONDS
+    sender.add_periodic_task(every, "apps.leases.tasks.reclaim_expired_task", name="reclaim expired leases")
+    sender.add_periodic_task(every, "apps.issues.tasks.sla_escalate_task", name="SLA escalation")

@@ -1,0 +1,26 @@
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+
+from retasc import __version__
+
+
+def health(request):
+    """Unauthenticated liveness: checks the database and, when configured, Redis."""
+    checks = {}
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception:
+        checks["database"] = "unavailable"
+    if settings.REDIS_URL:
+        try:
+            import redis
+
+            redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).ping()
+            checks["redis"] = "ok"
+        except Exception:
+            checks["redis"] = "unavailable"
+    ok = all(v == "ok" for v in checks.values())
+    return JsonResponse({"status": "ok" if ok else "unavailable", "version": __version__, "checks": checks}, status=200 if ok else 503)
