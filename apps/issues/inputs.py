@@ -48,7 +48,7 @@ def boolean(value, field: str) -> bool:
 def priority(value) -> int:
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise invalid("priority", "priority is 0 (none), 1 (urgent), 2 (high), 3 (medium) or 4 (low).") from None
     if isinstance(value, bool) or not 0 <= number <= 4 or (isinstance(value, float) and value != number):
         raise invalid("priority", "priority is 0 (none), 1 (urgent), 2 (high), 3 (medium) or 4 (low).")
@@ -63,7 +63,10 @@ def due(value, *, org_timezone: str) -> datetime | None:
     if isinstance(value, bool):
         raise invalid("dueAt", "dueAt must be epoch milliseconds, an ISO datetime or a date.")
     if isinstance(value, (int, float)) or (isinstance(value, str) and re.fullmatch(r"-?\d{9,}", value.strip())):
-        millis = int(value)
+        try:
+            millis = int(value)
+        except (OverflowError, ValueError):  # inf and NaN (JSON parsers accept both)
+            raise invalid("dueAt", "dueAt is out of range.") from None
         if millis < 0:
             raise invalid("dueAt", "dueAt must not be negative.")
         try:
@@ -154,6 +157,6 @@ def color(value) -> str:
 
 def url(value) -> str:
     value = text(value, "url", required=True, limit=2000, one_line=True)
-    if not re.match(r"^https?://[^\s/$.?#].[^\s]*$", value):
+    if not re.match(r"^https?://[^\s/$.?#]\S+$", value):
         raise invalid("url", "url must be an http(s) address.")
     return value

@@ -33,7 +33,7 @@ def holder_only(issue) -> ServiceError:
     )
 
 
-def claim_fence(*, issue, actor, token: str | None, now, required: bool) -> Claim | None:
+def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebinding: bool = False) -> Claim | None:
     """Return the live claim ``token`` proves on ``issue`` (the row must be locked).
 
     - token of a claim on this issue that is no longer the live one (superseded,
@@ -42,6 +42,8 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool) -> Clai
       CLAIM_MISMATCH (HTTP 403, holder-only-writes);
     - no token, the issue is not held, and the write needs a claim: CLAIM_REQUIRED.
     With ``required=False`` an unheld issue without a token passes (returns None).
+    A live claim is bound to the key that holds it; only ``rebinding`` (the resume door,
+    ``claim_issue`` with the token) accepts it from another key of the same principal.
     """
     live = is_live(issue, now)
     if token:
@@ -53,7 +55,15 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool) -> Clai
                 )
             return None
         if claim.pk == issue.lease_claim_id and live and claim.ended_at is None:
-            return claim
+            if rebinding or actor.key_id is None or claim.key_id == actor.key_id:
+                return claim
+            # The resume door moved this claim to another session key: the old session
+            # is a superseded holder and its late writes must not land.
+            raise ServiceError(
+                "CLAIM_LOST",
+                f"Your claim on {issue.identifier} was rebound to another session; use that session.",
+                reclaimCount=issue.reclaim_count,
+            )
         raise ServiceError(
             "CLAIM_LOST",
             f"Your claim on {issue.identifier} ended ({claim.end_reason or 'lease expired'}); claim it again to continue.",

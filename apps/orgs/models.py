@@ -104,3 +104,39 @@ class AgentKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.runtime}/{self.label})"
+
+
+class ProjectAlias(models.Model):
+    """A former prefix of a renamed project: old identifiers (OLD-12) keep resolving."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="aliases")
+    prefix = models.CharField(max_length=10)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "prefix"], name="project_alias_unique")]
+
+
+class Invite(models.Model):
+    """A single-use invitation code (``rtscinv_…``), stored hashed, shown once."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="invites")
+    code_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=20)
+    role = models.CharField(max_length=10, choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def status_at(self, now) -> str:
+        if self.accepted_at:
+            return "accepted"
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at <= now:
+            return "expired"
+        return "pending"

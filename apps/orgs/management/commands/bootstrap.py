@@ -21,11 +21,19 @@ class Command(RetascCommand):
             runtime=o["runtime"], lease_ttl=o["lease_ttl"],
         )
         base = settings.PUBLIC_URL
+        password = result.pop("password", None)
+        if password and o.get("json"):
+            # --json prints exactly the SPEC's object; a generated password goes to stderr.
+            self.stderr.write(f"retasc: owner password (shown once): {password}")
+        elif password:
+            result["password"] = password
         return {**result, "mcpUrl": f"{base}/mcp", "apiUrl": f"{base}/api/v1/"}
 
     def human(self, r):
         return (
-            f"Org {r['org']}, project {r['project']}, owner {r['email']}\n"
+            f"Org {r['org']}, project {r['project']}, owner {r['email']}"
+            + (f" (password, shown once: {r['password']})" if r.get("password") else "")
+            + "\n"
             f"Agent key (shown once): {r['agentKey']}\n"
             f"MCP: {r['mcpUrl']}   API: {r['apiUrl']}"
         )

@@ -1,0 +1,92 @@
+"""Reads over orgs, members and projects, shaped for every interface."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q
+
+from apps.core.actor import Actor
+from apps.core.errors import invalid, not_found
+from apps.issues.models import CLOSED, Issue
+from apps.issues.shapes import iso
+from apps.orgs.models import AgentKey, Membership, Project
+
+
+def whoami(*, actor: Actor) -> dict:
+    membership = actor.membership
+    user = membership.user if membership else None
+    return {
+        "principal": {
+            "email": user.email if user else None,
+            "name": (user.get_full_name() or user.email) if user else None,
+            "role": membership.role if membership else None,
+            "memberId": membership.pk if membership else None,
+        },
+        "runtime": actor.runtime,
+        "key": {"label": actor.key.label, "prefix": actor.key.prefix, "session": actor.key.parent_id is not None}
+        if actor.key else None,
+        "org": {"slug": actor.org.slug, "name": actor.org.name},
+        "project": {"prefix": actor.project.prefix, "name": actor.project.name} if actor.project else None,
+    }
+
+
+def member_shape(m: Membership, live_keys: int = 0) -> dict:
+    return {
+        "memberId": m.pk,
+        "email": m.user.email,
+        "name": m.user.get_full_name() or m.user.email,
+        "role": m.role,
+        "status": m.status,
+        "liveKeys": live_keys,
+        "joinedAt": iso(m.created_at),
+    }
+
+
+def members_list(*, actor: Actor, query: str | None = None) -> list[dict]:
+    qs = Membership.objects.filter(org_id=actor.org.pk).select_related("user").order_by("user__email")
+    if query:
+        if not isinstance(query, str) or len(query) > 200:
+            raise invalid("query", "query is text up to 200 characters.")
+        qs = qs.filter(Q(user__email__icontains=query) | Q(user__first_name__icontains=query) | Q(user__last_name__icontains=query))
+    keys = dict(
+        AgentKey.objects.live().filter(org_id=actor.org.pk).values("user_id").annotate(n=Count("pk")).values_list("user_id", "n")
+    )
+    return [member_shape(m, keys.get(m.user_id, 0)) for m in qs]
+
+
+def project_shape(p: Project, counts: dict | None = None) -> dict:
+    return {"prefix": p.prefix, "name": p.name, "issues": p.issue_seq, "createdAt": iso(p.created_at), **(counts or {})}
+
+
+def projects_list(*, actor: Actor) -> list[dict]:
+    return [project_shape(p) for p in Project.objects.filter(org_id=actor.org.pk).order_by("prefix")]
+
+
+def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
+    if prefix:
+        project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+    else:
+        project = actor.project
+    if project is None:
+        raise not_found(f"Project {prefix}")
+    by_status = dict(
+        Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n")
+    )
+    open_count = sum(n for s, n in by_status.items() if s not in CLOSED)
+    return project_shape(project, {"byStatus": by_status, "open": open_count})
+
+
+def invites_list(*, actor: Actor) -> list[dict]:
+    from django.utils import timezone
+
+    from apps.orgs.models import Invite
+
+    now = timezone.now()
+    return [
+        {
+            "id": i.pk, "prefix": i.prefix, "role": i.role, "status": i.status_at(now),
+            "createdAt": iso(i.created_at), "expiresAt": iso(i.expires_at),
+            "acceptedBy": i.accepted_by.email if i.accepted_by_id else None,
+            "createdBy": i.created_by.email if i.created_by_id else None,
+        }
+        for i in Invite.objects.filter(org_id=actor.org.pk).select_related("accepted_by", "created_by").order_by("-created_at")
+    ]
