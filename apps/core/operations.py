@@ -1,0 +1,441 @@
+"""One function per SPEC §5 tool: the single entry point MCP and the HTTP API share.
+
+Each ``<tool>(actor, *, <camelCase SPEC arguments>)`` parses its arguments, calls one
+service or selector, and returns a JSON-able dict in the SPEC §15 shapes. Refusals are
+``ServiceError`` (the interface renders ``.as_dict()`` and ``.http_status``). Reads are
+charged with ``metered_read(actor, <tool name>)`` after they succeed; services that meter
+themselves (``check_claim``, a ``next_batch`` peek, an empty ``next_issue``,
+``prepare_attachment_upload``) are not charged twice.
+
+An argument passed as ``None`` means "not given" everywhere (an interface may hand over
+JSON nulls); clearing a value uses the SPEC's words instead (``assignee: "none"``,
+``parent: "none"``, ``dueAt: ""``).
+"""
+
+from __future__ import annotations
+
+from apps.core.actor import Actor
+from apps.core.errors import ServiceError, invalid, not_found
+from apps.core.unit import metered_read
+from apps.issues import inputs
+
+# The tools, in SPEC §5 order. Interfaces iterate this to stay complete.
+TOOLS = (
+    "whoami",
+    "mint_session_key",
+    "next_issue",
+    "next_batch",
+    "claim_issue",
+    "check_claim",
+    "heartbeat",
+    "checkpoint",
+    "release_issue",
+    "save_issue",
+    "get_issue",
+    "list_issues",
+    "get_activity",
+    "save_comment",
+    "list_comments",
+    "retract_comment",
+    "add_relation",
+    "remove_relation",
+    "save_label",
+    "list_labels",
+    "save_attachment",
+    "prepare_attachment_upload",
+    "list_attachments",
+    "get_attachment",
+    "obsolete_attachment",
+    "list_members",
+    "suspend_member",
+    "reactivate_member",
+    "retire_member",
+    "list_connectors",
+    "revoke_connector",
+    "queue_status",
+    "get_project",
+    "list_projects",
+    "usage_summary",
+    "billing_summary",
+)
+
+
+def _flag(value, field: str) -> bool:
+    return False if value is None else inputs.boolean(value, field)
+
+
+def _fresh_issue_shape(actor: Actor, issue) -> dict:
+    # Re-read after commit: effective ranks are refreshed after the write commits.
+    from apps.issues.models import Issue
+    from apps.issues.shapes import issue_shape
+
+    return issue_shape(Issue.objects.with_people().get(pk=issue.pk), actor=actor)
+
+
+# --- identity -------------------------------------------------------------------------
+
+
+def whoami(actor: Actor) -> dict:
+    from apps.orgs.selectors import whoami as whoami_read
+
+    answer = whoami_read(actor=actor)
+    metered_read(actor, "whoami")
+    return answer
+
+
+def mint_session_key(actor: Actor, *, label=None) -> dict:
+    from apps.orgs.services import session_key_mint
+
+    label = inputs.text(label, "label", limit=120, one_line=True) or ""
+    key, raw = session_key_mint(actor=actor, label=label)
+    return {"agentKey": raw, "label": key.label, "prefix": key.prefix}
+
+
+# --- work loop ------------------------------------------------------------------------
+
+
+def next_issue(actor: Actor, *, allLanes=None) -> dict:
+    from apps.leases import services
+
+    return services.next_issue(actor=actor, all_lanes=_flag(allLanes, "allLanes"))
+
+
+def next_batch(actor: Actor, *, n=None, claim=None, allLanes=None) -> dict:
+    from apps.leases import services
+
+    return services.next_batch(
+        actor=actor, n=5 if n is None else n, claim=_flag(claim, "claim"), all_lanes=_flag(allLanes, "allLanes")
+    )
+
+
+def claim_issue(actor: Actor, *, identifier, claimToken=None) -> dict:
+    from apps.leases import services
+
+    return services.claim_issue(actor=actor, identifier=identifier, claim_token=claimToken or None)
+
+
+def check_claim(actor: Actor, *, identifier) -> dict:
+    from apps.leases import services
+
+    return services.check_claim(actor=actor, identifier=identifier)  # meters itself
+
+
+def heartbeat(actor: Actor, *, identifier, claimToken) -> dict:
+    from apps.leases import services
+
+    return services.heartbeat(actor=actor, identifier=identifier, claim_token=claimToken)
+
+
+def checkpoint(actor: Actor, *, identifier, note, claimToken) -> dict:
+    from apps.leases import services
+
+    return services.checkpoint(actor=actor, identifier=identifier, note=note, claim_token=claimToken)
+
+
+def release_issue(actor: Actor, *, identifier, claimToken, note=None) -> dict:
+    from apps.leases import services
+
+    return services.release_issue(actor=actor, identifier=identifier, claim_token=claimToken, note=note)
+
+
+# --- issues ---------------------------------------------------------------------------
+
+# save_issue argument -> issue_update keyword.
+_UPDATE_ARGS = {
+    "title": "title",
+    "body": "body",
+    "work": "work",
+    "blockedBy": "blocked_by",
+    "noDependency": "no_dependency",
+    "status": "status",
+    "assignee": "assignee",
+    "priority": "priority",
+    "dueAt": "due_at",
+    "labels": "labels",
+    "acceptance": "acceptance",
+    "evidence": "evidence",
+    "cancelReason": "cancel_reason",
+    "parent": "parent",
+}
+
+
+def save_issue(
+    actor: Actor,
+    *,
+    identifier=None,
+    title=None,
+    body=None,
+    work=None,
+    blockedBy=None,
+    noDependency=None,
+    status=None,
+    assignee=None,
+    priority=None,
+    dueAt=None,
+    labels=None,
+    acceptance=None,
+    evidence=None,
+    cancelReason=None,
+    parent=None,
+    claimToken=None,
+) -> dict:
+    """Create (no ``identifier``) or update (only the arguments given; ``blockedBy`` adds blockers)."""
+    from apps.issues import services
+
+    args = {
+        "title": title,
+        "body": body,
+        "work": work,
+        "blockedBy": blockedBy,
+        "noDependency": noDependency,
+        "status": status,
+        "assignee": assignee,
+        "priority": priority,
+        "dueAt": dueAt,
+        "labels": labels,
+        "acceptance": acceptance,
+        "evidence": evidence,
+        "cancelReason": cancelReason,
+        "parent": parent,
+    }
+    given = {_UPDATE_ARGS[k]: v for k, v in args.items() if v is not None}
+    if identifier is None or identifier == "":
+        for name in ("evidence", "cancelReason"):
+            if args[name] is not None:
+                raise invalid(name, f"{name} applies to an existing issue; create it first, then save it with its identifier.")
+        given.pop("title", None), given.pop("work", None)
+        issue = services.issue_create(actor=actor, title=title, work=work, **given)
+    else:
+        issue = services.issue_update(actor=actor, identifier=identifier, claim_token=claimToken or None, **given)
+    return _fresh_issue_shape(actor, issue)
+
+
+def get_issue(actor: Actor, *, identifier) -> dict:
+    from apps.issues.selectors import issue_resolve
+
+    answer = _fresh_issue_shape(actor, issue_resolve(actor=actor, identifier=identifier))
+    metered_read(actor, "get_issue")
+    return answer
+
+
+def list_issues(
+    actor: Actor,
+    *,
+    status=None,
+    priority=None,
+    label=None,
+    author=None,
+    assignee=None,
+    slaState=None,
+    limit=None,
+    cursor=None,
+) -> dict:
+    from apps.issues.selectors import issue_list
+    from apps.issues.shapes import issue_shapes
+
+    rows, next_cursor = issue_list(
+        actor=actor,
+        status=status,
+        priority=priority,
+        label=label,
+        author=author,
+        assignee=assignee,
+        sla_state=slaState,
+        limit=50 if limit is None else limit,
+        cursor=cursor,
+    )
+    answer = {"issues": issue_shapes(rows, actor=actor), "nextCursor": next_cursor}
+    metered_read(actor, "list_issues")
+    return answer
+
+
+def get_activity(actor: Actor, *, identifier) -> dict:
+    from apps.issues.selectors import activity_for_issue, issue_resolve
+    from apps.issues.shapes import activity_shape
+
+    issue = issue_resolve(actor=actor, identifier=identifier)
+    answer = {"identifier": issue.identifier, "activity": [activity_shape(e) for e in activity_for_issue(issue=issue)]}
+    metered_read(actor, "get_activity")
+    return answer
+
+
+# --- collaboration --------------------------------------------------------------------
+
+
+def save_comment(actor: Actor, *, issue, body) -> dict:
+    from apps.issues.services import comment_create
+    from apps.issues.shapes import comment_shape
+
+    return comment_shape(comment_create(actor=actor, issue=issue, body=body))
+
+
+def list_comments(actor: Actor, *, issue) -> dict:
+    from apps.issues.selectors import comments_list
+    from apps.issues.shapes import comment_shape
+
+    answer = {"comments": [comment_shape(c) for c in comments_list(actor=actor, issue=issue)]}
+    metered_read(actor, "list_comments")
+    return answer
+
+
+def retract_comment(actor: Actor, *, comment, note) -> dict:
+    from apps.issues.services import comment_retract
+    from apps.issues.shapes import comment_shape
+
+    return comment_shape(comment_retract(actor=actor, comment=comment, note=note))
+
+
+def add_relation(actor: Actor, *, sourceId, targetId, type) -> dict:
+    from apps.issues.services import relation_add
+
+    return relation_add(actor=actor, source_id=sourceId, target_id=targetId, type=type)
+
+
+def remove_relation(actor: Actor, *, sourceId, targetId, type) -> dict:
+    from apps.issues.services import relation_remove
+
+    return relation_remove(actor=actor, source_id=sourceId, target_id=targetId, type=type)
+
+
+def _label_shape(label) -> dict:
+    return {"name": label.name, "color": label.color}
+
+
+def save_label(actor: Actor, *, name, color=None) -> dict:
+    from apps.issues.services import label_save
+
+    return _label_shape(label_save(actor=actor, name=name, color=color))
+
+
+def list_labels(actor: Actor) -> dict:
+    from apps.issues.selectors import labels_list
+
+    answer = {"labels": [_label_shape(label) for label in labels_list(actor=actor)]}
+    metered_read(actor, "list_labels")
+    return answer
+
+
+# --- attachments ----------------------------------------------------------------------
+
+
+def save_attachment(actor: Actor, *, issue, url, title=None) -> dict:
+    from apps.issues.services import attachment_create
+    from apps.issues.shapes import attachment_shape
+
+    return attachment_shape(attachment_create(actor=actor, issue=issue, url=url, title=title))
+
+
+def prepare_attachment_upload(actor: Actor, *, issue) -> dict:
+    from apps.issues import services
+
+    prepare = getattr(services, "attachment_upload_prepare", None)
+    if prepare is None:  # the upload endpoint ships with the HTTP API
+        raise ServiceError("UNAVAILABLE", "File uploads are not available on this server yet; use save_attachment with a URL.")
+    return prepare(actor=actor, issue=issue)  # meters itself
+
+
+def list_attachments(actor: Actor, *, issue) -> dict:
+    from apps.issues.selectors import attachments_list
+    from apps.issues.shapes import attachment_shape
+
+    answer = {"attachments": [attachment_shape(a) for a in attachments_list(actor=actor, issue=issue)]}
+    metered_read(actor, "list_attachments")
+    return answer
+
+
+def get_attachment(actor: Actor, *, attachment) -> dict:
+    from apps.issues.selectors import attachment_get
+    from apps.issues.shapes import attachment_shape
+
+    answer = attachment_shape(attachment_get(actor=actor, attachment=attachment))
+    metered_read(actor, "get_attachment")
+    return answer
+
+
+def obsolete_attachment(actor: Actor, *, attachment, reason) -> dict:
+    from apps.issues.services import attachment_obsolete
+    from apps.issues.shapes import attachment_shape
+
+    return attachment_shape(attachment_obsolete(actor=actor, attachment=attachment, reason=reason))
+
+
+# --- org admin ------------------------------------------------------------------------
+
+
+def list_members(actor: Actor, *, query=None) -> dict:
+    from apps.orgs.selectors import members_list
+
+    answer = {"members": members_list(actor=actor, query=query)}
+    metered_read(actor, "list_members")
+    return answer
+
+
+def suspend_member(actor: Actor, *, memberId) -> dict:
+    from apps.orgs.services import member_suspend
+
+    return member_suspend(actor=actor, member_id=memberId)
+
+
+def reactivate_member(actor: Actor, *, memberId) -> dict:
+    from apps.orgs.services import member_reactivate
+
+    return member_reactivate(actor=actor, member_id=memberId)
+
+
+def retire_member(actor: Actor, *, memberId) -> dict:
+    from apps.orgs.services import member_retire
+
+    return member_retire(actor=actor, member_id=memberId)
+
+
+def list_connectors(actor: Actor) -> dict:
+    # Connectors (GitHub / GitLab intake) arrive with the intake app; none exist yet.
+    metered_read(actor, "list_connectors")
+    return {"connectors": []}
+
+
+def revoke_connector(actor: Actor, *, connectorId) -> dict:
+    raise not_found(f"Connector {connectorId}")
+
+
+# --- observability --------------------------------------------------------------------
+
+
+def queue_status(actor: Actor) -> dict:
+    from apps.leases.selectors import queue_status as queue_read
+
+    answer = queue_read(actor=actor)
+    metered_read(actor, "queue_status")
+    return answer
+
+
+def get_project(actor: Actor, *, prefix=None) -> dict:
+    from apps.orgs.selectors import project_get
+
+    answer = project_get(actor=actor, prefix=prefix)
+    metered_read(actor, "get_project")
+    return answer
+
+
+def list_projects(actor: Actor) -> dict:
+    from apps.orgs.selectors import projects_list
+
+    answer = {"projects": projects_list(actor=actor)}
+    metered_read(actor, "list_projects")
+    return answer
+
+
+def usage_summary(actor: Actor) -> dict:
+    from apps.billing import selectors
+
+    answer = selectors.usage_summary(actor=actor)
+    metered_read(actor, "usage_summary")
+    return answer
+
+
+def billing_summary(actor: Actor) -> dict:
+    from apps.billing import selectors
+
+    answer = selectors.billing_summary(actor=actor)
+    metered_read(actor, "billing_summary")
+    return answer
