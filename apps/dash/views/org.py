@@ -1,0 +1,225 @@
+"""Org management: projects, members, invites, agent keys, and switching orgs.
+
+Owner-only rules are enforced by the services (``FORBIDDEN``); the templates only hide
+buttons a person cannot use. Secrets (a minted key, an invite code) are rendered once in
+the POST response, marked no-store, and never kept in the session.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.session import switch_org
+from apps.core.errors import ServiceError, not_found
+from apps.dash.agent_configs import configs
+from apps.dash.context import dash_view
+from apps.dash.selectors import keys_page
+from apps.dash.views.common import field, no_store, page_with_error
+from apps.orgs import selectors as org_selectors
+from apps.orgs import services as org_services
+from apps.orgs.models import Project
+from apps.orgs.services import KNOWN_RUNTIMES
+
+MEMBER_ACTIONS = {
+    "suspend": (org_services.member_suspend, gettext_lazy("Suspended %(email)s; their agent keys were retired.")),
+    "reactivate": (org_services.member_reactivate, gettext_lazy("Reactivated %(email)s.")),
+    "retire": (org_services.member_retire, gettext_lazy("Retired %(email)s; their agent keys were retired.")),
+}
+
+
+# --- projects ------------------------------------------------------------------------
+
+
+def _projects_context(actor) -> dict:
+    return {"projects": org_selectors.projects_list(actor=actor)}
+
+
+@require_GET
+@dash_view
+def projects(request):
+    return render(request, "dash/projects.html", _projects_context(request.actor))
+
+
+@require_POST
+@dash_view
+def project_create(request):
+    try:
+        project = org_services.project_create_as(actor=request.actor, prefix=field(request, "prefix"), name=field(request, "name"))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/projects.html", _projects_context(request.actor), exc)
+    messages.success(request, _("Created project %(prefix)s.") % {"prefix": project.prefix})
+    return redirect("dash:projects")
+
+
+@require_POST
+@dash_view
+def project_rename(request, prefix: str):
+    try:
+        project = org_services.project_rename(
+            actor=request.actor,
+            prefix=prefix,
+            new_prefix=field(request, "new_prefix") or prefix,
+            name=field(request, "name") or None,
+        )
+    except ServiceError as exc:
+        return page_with_error(request, "dash/projects.html", _projects_context(request.actor), exc)
+    messages.success(request, _("Saved project %(prefix)s; old identifiers keep working.") % {"prefix": project.prefix})
+    return redirect("dash:projects")
+
+
+# --- members -------------------------------------------------------------------------
+
+
+def _members_context(request) -> dict:
+    return {
+        "members": org_selectors.members_list(actor=request.actor, query=request.GET.get("q") or None),
+        "q": request.GET.get("q", ""),
+    }
+
+
+@require_GET
+@dash_view
+def members(request):
+    return render(request, "dash/members.html", _members_context(request))
+
+
+@require_POST
+@dash_view
+def member_action(request, member_id: int, action: str):
+    if action not in MEMBER_ACTIONS:
+        raise not_found("Action")
+    service, done = MEMBER_ACTIONS[action]
+    try:
+        result = service(actor=request.actor, member_id=str(member_id))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/members.html", _members_context(request), exc)
+    messages.success(request, str(done) % {"email": result["email"]})
+    return redirect("dash:members")
+
+
+# --- invites -------------------------------------------------------------------------
+
+
+def _owner_page(request):
+    if not request.actor.is_owner:
+        raise ServiceError("FORBIDDEN", _("Only an org owner can manage invites."), tell_human=_("Ask an owner of the org."))
+
+
+@require_GET
+@dash_view
+def invites(request):
+    _owner_page(request)
+    return render(request, "dash/invites.html", {"invites": org_selectors.invites_list(actor=request.actor)})
+
+
+@require_POST
+@dash_view
+def invite_create(request):
+    try:
+        invite, raw = org_services.invite_create(
+            actor=request.actor, expires_days=field(request, "expires_days") or 7, role=field(request, "role") or "member"
+        )
+    except ServiceError as exc:
+        if exc.code == "FORBIDDEN":
+            raise
+        return page_with_error(request, "dash/invites.html", {"invites": org_selectors.invites_list(actor=request.actor)}, exc)
+    link = request.build_absolute_uri(f"/invite/{raw}/")
+    context = {
+        "invites": org_selectors.invites_list(actor=request.actor),
+        "new_code": raw,
+        "new_link": link,
+        "new_invite": invite,
+    }
+    return no_store(render(request, "dash/invites.html", context, status=201))
+
+
+@require_POST
+@dash_view
+def invite_revoke(request, invite_id: int):
+    try:
+        org_services.invite_revoke(actor=request.actor, invite_id=invite_id)
+    except ServiceError as exc:
+        if exc.code == "FORBIDDEN":
+            raise
+        return page_with_error(request, "dash/invites.html", {"invites": org_selectors.invites_list(actor=request.actor)}, exc)
+    messages.success(request, _("Invite revoked."))
+    return redirect("dash:invites")
+
+
+# --- agent keys ----------------------------------------------------------------------
+
+
+def _keys_context(request) -> dict:
+    actor = request.actor
+    context = keys_page(actor=actor)
+    context.update(
+        projects=list(Project.objects.filter(org_id=actor.org.pk).order_by("prefix")),
+        runtimes=KNOWN_RUNTIMES,
+        members=org_selectors.members_list(actor=actor) if actor.is_owner else [],
+        mcp_url=request.build_absolute_uri("/mcp"),
+    )
+    return context
+
+
+def _shown_once(request, key, raw: str, what: str):
+    context = _keys_context(request)
+    context.update(new_key=key, new_raw=raw, new_what=what, agent_configs=configs(mcp_url=context["mcp_url"], raw_key=raw))
+    return no_store(render(request, "dash/keys.html", context, status=201))
+
+
+@require_GET
+@dash_view
+def keys(request):
+    return render(request, "dash/keys.html", _keys_context(request))
+
+
+@require_POST
+@dash_view
+def key_mint(request):
+    try:
+        key, raw = org_services.key_mint_as(
+            actor=request.actor,
+            project_prefix=field(request, "project"),
+            runtime=field(request, "runtime"),
+            label=field(request, "label"),
+            for_member_id=field(request, "member") or None,
+        )
+    except ServiceError as exc:
+        return page_with_error(request, "dash/keys.html", _keys_context(request), exc)
+    return _shown_once(request, key, raw, "minted")
+
+
+@require_POST
+@dash_view
+def key_rotate(request, key_id: int):
+    try:
+        key, raw = org_services.key_rotate_as(actor=request.actor, key_id=key_id)
+    except ServiceError as exc:
+        return page_with_error(request, "dash/keys.html", _keys_context(request), exc)
+    return _shown_once(request, key, raw, "rotated")
+
+
+@require_POST
+@dash_view
+def key_revoke(request, key_id: int):
+    try:
+        key = org_services.key_revoke_as(actor=request.actor, key_id=key_id)
+    except ServiceError as exc:
+        return page_with_error(request, "dash/keys.html", _keys_context(request), exc)
+    messages.success(request, _("Revoked %(prefix)s…; its live claims ended.") % {"prefix": key.prefix})
+    return redirect("dash:keys")
+
+
+# --- switching orgs ------------------------------------------------------------------
+
+
+@require_POST
+@dash_view
+def org_switch(request):
+    if not switch_org(request, field(request, "org")):
+        raise not_found("Org")
+    return redirect("dash:queue")
