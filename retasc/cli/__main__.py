@@ -1,0 +1,3 @@
+from retasc.cli.main import main
+
+main()
