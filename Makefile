@@ -7,8 +7,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_EMAIL ?= owner@example.com
 PYTEST_ARGS ?=
+export RETASC_PUBLIC_URL ?= http://$(HOST):$(PORT)
 
-.PHONY: install run serve test test-postgres lint fmt migrations-check bench clean
+.PHONY: install run serve test test-postgres lint fmt migrations-check bench bench-quick drills clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -49,6 +50,17 @@ fmt: install
 
 migrations-check: install
 	$(BIN)/python manage.py makemigrations --check --dry-run --settings=retasc.settings.test
+
+## Benchmarks and fault drills (PostgreSQL on 127.0.0.1:5432, see docs/benchmarks.md).
+bench: install
+	$(BIN)/python -m bench.work_loop --json-out var/bench-work-loop.json
+	$(BIN)/python -m bench.scaling --json-out var/bench-scaling.json
+
+bench-quick: install
+	$(BIN)/python -m bench.work_loop --quick --agents 1,8,32 --no-embedded
+
+drills: install
+	$(BIN)/python -m bench.drills
 
 clean:
 	rm -rf $(VENV) var

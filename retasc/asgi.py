@@ -5,8 +5,13 @@ import os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
-django_app = get_asgi_application()
+try:
+    django_app = get_asgi_application()
+except ImproperlyConfigured as exc:
+    # A bad setting (or a wrong master key) is one clear sentence, not a traceback.
+    raise SystemExit(f"retasc: configuration error: {exc}") from None
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
@@ -18,4 +23,11 @@ from apps.core.jobs import start_inprocess_jobs  # noqa: E402
 
 start_inprocess_jobs()
 
-application = ProtocolTypeRouter({"http": django_app})
+from apps.mcp.asgi import mcp_application, route_mcp  # noqa: E402
+
+# /mcp goes to the MCP server (its own ASGI stack, see apps.mcp.asgi); all else to Django.
+http_app = route_mcp(mcp_application(), django_app)
+
+from apps.dash.routing import websocket_application  # noqa: E402
+
+application = ProtocolTypeRouter({"http": http_app, "websocket": websocket_application})

@@ -18,7 +18,7 @@ def health(request):
         try:
             import redis
 
-            redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2).ping()
+            redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2).ping()
             checks["redis"] = "ok"
         except Exception:
             checks["redis"] = "unavailable"

@@ -46,7 +46,7 @@ class Sealed(property):
             where = f"{instance._meta.db_table}.{self.name} of row {getattr(instance, self.row_attr)}"
             org_ref = str(getattr(instance, self.org_attr))
             raw = crypto.open_sealed(keystore.data_key(org_ref), blob, self._aad(instance), where=where)
-            value = raw.decode() if self.kind == "text" else json.loads(raw)
+            value = raw.decode() if self.kind == "text" else raw if self.kind == "bytes" else json.loads(raw)
         cache[self.name] = value
         return value
 
@@ -55,6 +55,9 @@ class Sealed(property):
         if value is None:
             setattr(instance, self.column, None)
             return
-        raw = value.encode() if self.kind == "text" else json.dumps(value, separators=(",", ":")).encode()
+        if self.kind == "bytes":
+            raw = bytes(value)
+        else:
+            raw = value.encode() if self.kind == "text" else json.dumps(value, separators=(",", ":")).encode()
         org_ref = str(getattr(instance, self.org_attr))
         setattr(instance, self.column, crypto.seal(keystore.data_key(org_ref), raw, self._aad(instance)))

@@ -6,8 +6,32 @@ from apps.issues.models import Activity, Attachment, Checkpoint, Comment, Issue,
 _SEALED = ["title_enc", "body_enc", "acceptance_enc", "evidence_enc", "cancel_reason_enc", "no_dependency_enc"]
 
 
+@admin.action(description="Reveal content (records a content_revealed receipt)", permissions=["view"])
+def reveal_content(modeladmin, request, queryset):
+    """Staff see titles and bodies only through this action, and each reveal is itself a
+    receipt in the org's chain (verb ``content_revealed``, runtime ``admin``)."""
+    from django.template.response import TemplateResponse
+
+    from apps.core.actor import Actor
+    from apps.core.unit import mutation
+
+    issues = list(queryset.select_related("org", "project").order_by("org_id", "project__prefix", "number")[:50])
+    by_org: dict = {}
+    for issue in issues:
+        by_org.setdefault(issue.org_id, []).append(issue)
+    for org_issues in by_org.values():
+        actor = Actor(org=org_issues[0].org, principal_id=request.user.pk, key=None, runtime="admin")
+        with mutation(actor, "content_revealed", charge=False) as unit:
+            for issue in org_issues:
+                unit.record("content_revealed", issue=issue, changes={"revealedTo": [None, request.user.get_username()]})
+    rows = [{"issue": i, "title": i.title, "body": i.body or "", "acceptance": i.acceptance or []} for i in issues]
+    context = {**modeladmin.admin_site.each_context(request), "title": "Revealed content", "rows": rows, "opts": modeladmin.model._meta}
+    return TemplateResponse(request, "admin/issues/reveal_content.html", context)
+
+
 @admin.register(Issue)
 class IssueAdmin(admin.ModelAdmin):
+    actions = [reveal_content]
     list_display = ["__str__", "org", "status", "priority", "effective_rank", "work", "assignee", "lease_expires_at", "reclaim_count", "created_at"]
     list_filter = ["status", "work", "priority", "awaiting_triage", "source"]
     search_fields = ["org__slug", "project__prefix", "source_ref"]

@@ -201,6 +201,11 @@ class Attachment(models.Model):
     obsolete_at = models.DateTimeField(null=True, blank=True)
     obsolete_reason_enc = models.BinaryField(null=True)
     obsolete_reason = Sealed()
+    # An uploaded file (PUT /api/v1/uploads/<token>), sealed like every other content.
+    file_enc = models.BinaryField(null=True)
+    file = Sealed(kind="bytes")
+    file_size = models.PositiveIntegerField(null=True, blank=True)
+    content_type = models.CharField(max_length=120, blank=True, default="")
 
 
 class ActivityQuerySet(models.QuerySet):

@@ -30,6 +30,16 @@ def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue
         qs = qs.select_for_update(no_key=True, of=("self",))
     issue = qs.first()
     if issue is None:
+        # A renamed project's old prefix still resolves (OLD-12 -> NEW-12).
+        from apps.orgs.models import ProjectAlias
+
+        alias = ProjectAlias.objects.filter(org_id=actor.org.pk, prefix=match.group(1).upper()).values_list("project_id", flat=True).first()
+        if alias is not None:
+            qs = Issue.objects.select_related("project").filter(org_id=actor.org.pk, project_id=alias, number=int(match.group(2)))
+            if lock:
+                qs = qs.select_for_update(no_key=True, of=("self",))
+            issue = qs.first()
+    if issue is None:
         raise not_found(f"Issue {identifier}")
     return issue
 
@@ -98,7 +108,7 @@ def issue_list(
     """Newest first, cursor-paginated. Filters take one value or a list."""
     try:
         limit = int(limit)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise invalid("limit", "limit must be a number from 1 to 200.") from None
     if not 1 <= limit <= 200:
         raise invalid("limit", "limit must be a number from 1 to 200.")
@@ -153,3 +163,54 @@ def activity_for_issue(*, issue: Issue) -> list[Activity]:
 
 def labels_list(*, actor: Actor) -> list[Label]:
     return list(Label.objects.filter(org_id=actor.org.pk).order_by("name"))
+
+
+def attachment_file(*, actor: Actor, attachment: str):
+    """An uploaded attachment with its (sealed) file, for members of its org only."""
+    import uuid
+
+    from apps.core.unit import metered_read
+    from apps.issues.models import Attachment
+
+    try:
+        pk = uuid.UUID(str(attachment))
+    except ValueError:
+        raise not_found("Attachment") from None
+    att = Attachment.objects.filter(pk=pk, org_id=actor.org.pk, file_enc__isnull=False).first()
+    if att is None:
+        raise not_found("Attachment file")
+    metered_read(actor, "get_attachment")
+    return att
+
+
+def comments_list(*, actor: Actor, issue: str) -> list:
+    """An issue's comments, oldest first, retracted ones included (struck through)."""
+    from apps.issues.models import Comment
+
+    target = issue_resolve(actor=actor, identifier=issue)
+    return list(Comment.objects.filter(issue=target).select_related("issue__project", "author").order_by("created_at", "pk"))
+
+
+def attachments_list(*, actor: Actor, issue: str) -> list:
+    """An issue's attachments, oldest first, obsolete ones included (marked)."""
+    from apps.issues.models import Attachment
+
+    target = issue_resolve(actor=actor, identifier=issue)
+    rows = Attachment.objects.filter(issue=target).select_related("issue__project").defer("file_enc")
+    return list(rows.order_by("created_at", "pk"))
+
+
+def attachment_get(*, actor: Actor, attachment: str):
+    """One attachment of the actor's org; any other id reads as NOT_FOUND."""
+    import uuid
+
+    from apps.issues.models import Attachment
+
+    try:
+        pk = uuid.UUID(str(attachment))
+    except ValueError:
+        raise not_found("Attachment") from None
+    att = Attachment.objects.select_related("issue__project").defer("file_enc").filter(pk=pk, org_id=actor.org.pk).first()
+    if att is None:
+        raise not_found("Attachment")
+    return att

@@ -226,6 +226,11 @@ def issue_update(
     action = "issue_body_edit" if "body" in parsed else "issue_edit"
 
     with mutation(actor, action) as unit:
+        if blocked_by is not UNSET and blocked_by:
+            # The org rank lock before the issue row, never after: ranks_refresh holds that
+            # lock while it updates issue rows, so taking it with this row already locked
+            # deadlocked against a concurrent refresh (tests/core/test_race_chain.py).
+            lock_org_ranks(actor.org.pk)
         issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
         now = timezone.now()
         claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=False)
@@ -245,6 +250,12 @@ def issue_update(
                             ("noDependency", "no_dependency"), ("awaitingTriage", "awaiting_triage")):
             if field in parsed:
                 put(field, attr, parsed[field])
+        if diff.get("awaitingTriage") == [True, False] and actor.is_agent:
+            # Quarantine of external intake ends only by a human's sign-off (SPEC §3).
+            raise ServiceError(
+                "FORBIDDEN", "Only a person can sign off an issue awaiting triage.",
+                tell_human=f"Triage {issue.identifier} in the Dash.",
+            )
         if "dueAt" in parsed:
             put("dueAt", "due_at", parsed["dueAt"])
         if "assignee" in parsed:
@@ -266,7 +277,6 @@ def issue_update(
                 issue.labels.set(new_labels)
                 diff["labels"] = [before, after]
         if blocked_by is not UNSET and blocked_by:
-            lock_org_ranks(actor.org.pk)
             added = [b.identifier for b in _blockers(actor=actor, identifiers=blocked_by)
                      if _edge_blocks(actor=actor, source=b, target=issue, unit=unit)]
             if added:
@@ -538,3 +548,99 @@ def checkpoint_write(*, actor: Actor, issue: Issue, note: str, claim_id, unit) -
     issue.checkpoint = cp
     unit.record("checkpointed", issue=issue, changes={"checkpoint": [before, note]})
     return cp
+
+
+# --- uploaded attachment files (PUT /api/v1/uploads/<token>) ---------------------------
+
+UPLOAD_SALT = "retasc.attachment-upload"
+
+
+def attachment_upload_prepare(*, actor: Actor, issue: str) -> dict:
+    """A one-time signed URL to PUT one file onto ``issue``; the file is sealed on arrival.
+
+    The token names the attachment id up front, so a second PUT with it is refused
+    (CONFLICT): the id is the primary key of the row the first PUT creates.
+    """
+    import uuid
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.core import signing
+
+    from apps.core.unit import metered_read
+    from apps.issues.shapes import iso
+
+    target = issue_resolve(actor=actor, identifier=issue)
+    attachment_id = uuid.uuid4()
+    token = signing.dumps(
+        {"o": str(actor.org.pk), "i": str(target.pk), "a": str(attachment_id), "p": actor.principal_id, "k": actor.key_id},
+        salt=UPLOAD_SALT, compress=True,
+    )
+    metered_read(actor, "prepare_attachment_upload")
+    expires = timezone.now() + timedelta(seconds=settings.RETASC_UPLOAD_URL_TTL_SECONDS)
+    return {
+        "uploadUrl": f"{settings.PUBLIC_URL}/api/v1/uploads/{token}",
+        "method": "PUT",
+        "expiresAt": iso(expires),
+        "attachmentId": str(attachment_id),
+        "maxBytes": settings.RETASC_UPLOAD_MAX_BYTES,
+    }
+
+
+def _upload_actor(claims: dict) -> Actor:
+    """The actor who prepared the upload, if they still have access (else UNAUTHORIZED)."""
+    from apps.orgs.models import AgentKey, Membership, Org
+
+    refused = ServiceError("UNAUTHORIZED", "That upload link is invalid, expired or already used.")
+    org = Org.objects.filter(pk=claims["o"], deleted_at__isnull=True).first()
+    membership = Membership.objects.select_related("user").filter(
+        org=org, user_id=claims["p"], status=Membership.Status.ACTIVE
+    ).first() if org else None
+    if membership is None or not membership.user.is_active:
+        raise refused
+    if claims.get("k") is None:
+        return Actor(org=org, principal_id=membership.user_id, key=None, runtime="dash",
+                     project=org.projects.order_by("created_at").first(), membership=membership)
+    key = AgentKey.objects.live().select_related("project").filter(pk=claims["k"], org=org, user_id=membership.user_id).first()
+    if key is None:
+        raise refused
+    return Actor(org=org, principal_id=membership.user_id, key=key, runtime=key.runtime, project=key.project, membership=membership)
+
+
+def attachment_upload_store(*, token: str, content: bytes, content_type: str = "", filename: str = "") -> Attachment:
+    """Store an uploaded file (sealed) as a new attachment, with its receipt."""
+    from django.conf import settings
+    from django.core import signing
+    from django.db import transaction
+
+    try:
+        claims = signing.loads(token, salt=UPLOAD_SALT, max_age=settings.RETASC_UPLOAD_URL_TTL_SECONDS)
+    except signing.BadSignature:
+        raise ServiceError("UNAUTHORIZED", "That upload link is invalid, expired or already used.") from None
+    if len(content) > settings.RETASC_UPLOAD_MAX_BYTES:
+        raise ServiceError("TOO_LARGE", f"A file may be at most {settings.RETASC_UPLOAD_MAX_BYTES} bytes.",
+                           maxBytes=settings.RETASC_UPLOAD_MAX_BYTES)
+    if not content:
+        raise invalid("file", "The upload is empty.")
+    content_type = (content_type or "application/octet-stream").split(";")[0].strip()[:120]
+    title = inputs.text(filename or None, "filename", limit=300, one_line=True)
+    actor = _upload_actor(claims)
+    with mutation(actor, "save_attachment") as unit:
+        target = Issue.objects.select_related("project").filter(pk=claims["i"], org_id=actor.org.pk).first()
+        if target is None:
+            raise not_found("Issue")
+        if Attachment.objects.filter(pk=claims["a"]).exists():
+            raise ServiceError("CONFLICT", "That upload link was already used.")
+        att = Attachment(id=claims["a"], org_id=actor.org.pk, issue=target, created_by_id=actor.principal_id, key=actor.key,
+                         file_size=len(content), content_type=content_type)
+        att.url = f"{settings.PUBLIC_URL}/api/v1/attachments/{att.pk}/file"
+        att.title = title
+        att.file = content
+        try:
+            with transaction.atomic():
+                att.save(force_insert=True)
+        except IntegrityError:  # a concurrent PUT with the same link won
+            raise ServiceError("CONFLICT", "That upload link was already used.") from None
+        unit.record("attached", issue=target, changes={"attachment": [None, {
+            "id": str(att.pk), "url": att.url, "title": title, "size": len(content), "contentType": content_type}]})
+    return att

@@ -190,9 +190,13 @@ def queue_counts(*, actor: Actor, project_id: int, now) -> dict:
 def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = False) -> dict:
     """Up to n eligible issues with no blocks path and no duplicate edge between any two."""
     try:
-        n = int(n)
-    except (TypeError, ValueError):
+        whole = int(n)
+    except (TypeError, ValueError, OverflowError):
         raise invalid("n", f"n is 1-{MAX_BATCH}.") from None
+    # int() would quietly truncate 2.5 and read True as 1: refuse them instead.
+    if isinstance(n, bool) or (isinstance(n, float) and n != whole):
+        raise invalid("n", f"n is a whole number 1-{MAX_BATCH}.")
+    n = whole
     if not 1 <= n <= MAX_BATCH:
         raise invalid("n", f"n is 1-{MAX_BATCH}.")
     if claim:
@@ -219,6 +223,9 @@ def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = Fals
         if room <= 0:
             _check_cap(actor, now)
         picked = _independent(ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes).select_related("project"), min(n, room))
+        # Several rows: lock them in primary-key order first (ranks_refresh locks the same
+        # way); updating them in dispatch order deadlocked against a concurrent refresh.
+        list(Issue.objects.filter(pk__in=[i.pk for i in picked]).order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
         for issue in picked:
             kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
             taken.append((issue.pk,) + _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind))
@@ -284,7 +291,7 @@ def claim_issue(*, actor: Actor, identifier: str, claim_token: str | None = None
         issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
         now = timezone.now()
         if claim_token:
-            claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=True)
+            claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=True, rebinding=True)
             # Rebind: the same claim moves to the calling (session) key, lease renewed.
             claim.key = actor.key
             claim.expires_at = now + timedelta(seconds=actor.org.lease_ttl)

@@ -97,8 +97,13 @@ def credit_grant(*, org: Org, amount_micros: int, note: str, principal_id=None) 
 
 def org_delete(*, org: Org) -> None:
     """Delete an org and crypto-shred its content: its data key is destroyed."""
+    from apps.issues.models import Issue
+
     org_ref = str(org.pk)
     with transaction.atomic():
+        # Issue.parent is PROTECT (a container cannot vanish under its children); the
+        # whole org goes, so unhook the hierarchy first or the cascade refuses.
+        Issue.objects.filter(org_id=org.pk, parent__isnull=False).update(parent=None)
         org.delete()
         transaction.on_commit(lambda: keystore.data_key_destroy(org_ref))
 
@@ -118,7 +123,9 @@ def project_create(*, org: Org, prefix: str, name: str = "") -> Project:
     if not PREFIX_RE.fullmatch(prefix):
         raise invalid("prefix", "A project prefix is 2-10 letters or digits and starts with a letter.")
     prefix = prefix.upper()
-    if Project.objects.filter(org=org, prefix=prefix).exists():
+    from apps.orgs.models import ProjectAlias
+
+    if Project.objects.filter(org=org, prefix=prefix).exists() or ProjectAlias.objects.filter(org=org, prefix=prefix).exists():
         raise ServiceError("CONFLICT", f"The org already has a project {prefix}.", field="prefix")
     try:
         with transaction.atomic():
@@ -221,6 +228,13 @@ def actor_for_human(*, user: User, org: Org) -> Actor:
 
 def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, runtime: str, lease_ttl: int | None) -> dict:
     """Idempotent set-up: owner, org (with its data key), project, and a fresh agent key."""
+    if lease_ttl is not None and not 5 <= lease_ttl <= 7 * 24 * 3600:
+        # Checked before anything is created (the org's data key is written to the key store).
+        raise invalid("lease_ttl", "The lease TTL must be between 5 seconds and 7 days.")
+    generated = None
+    if not password and not User.objects.filter(username=(email or "").strip().lower(), password__regex=r"^[^!]").exists():
+        # A new owner with no password given gets one, printed once, so the Dash login works.
+        generated = password = secrets.token_urlsafe(12)
     with transaction.atomic():
         user, _ = user_get_or_create(email=email, password=password)
         slug = slugify(org_name)[:50] or "org"
@@ -230,9 +244,244 @@ def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, r
         else:
             member_add(org=org, user=user, role=Membership.Role.OWNER)
         if lease_ttl is not None:
-            if lease_ttl < 5 or lease_ttl > 7 * 24 * 3600:
-                raise invalid("lease_ttl", "The lease TTL must be between 5 seconds and 7 days.")
             Org.objects.filter(pk=org.pk).update(lease_ttl_seconds=lease_ttl)
         project = Project.objects.filter(org=org, prefix=prefix.upper()).first() or project_create(org=org, prefix=prefix)
         _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)")
-    return {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw}
+    result = {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw}
+    if generated:
+        result["password"] = generated
+    return result
+
+
+# --- member administration (owners only) ----------------------------------------------
+
+def _owner_only(actor: Actor) -> None:
+    if not actor.is_owner:
+        raise ServiceError("FORBIDDEN", "Only an org owner can do that.", tell_human="Ask an owner of the org.")
+
+
+def _member(actor: Actor, member_id) -> Membership:
+    from apps.issues.selectors import human_resolve
+
+    user_id = human_resolve(actor=actor, ref=member_id, field="memberId")
+    return Membership.objects.select_related("user").get(org_id=actor.org.pk, user_id=user_id)
+
+
+def _retire_keys(actor: Actor, membership: Membership) -> int:
+    keys = list(AgentKey.objects.live().filter(org_id=actor.org.pk, user_id=membership.user_id, parent__isnull=True))
+    for key in keys:
+        agent_key_revoke(key=key)
+    return len(keys)
+
+
+def _set_status(*, actor: Actor, member_id, status: str, verb: str) -> dict:
+    _owner_only(actor)
+    with transaction.atomic():
+        membership = _member(actor, member_id)
+        if status != Membership.Status.ACTIVE:
+            if membership.user_id == actor.principal_id:
+                raise ServiceError("FORBIDDEN", "You cannot suspend or retire yourself.")
+            if membership.role == Membership.Role.OWNER and not Membership.objects.filter(
+                org_id=actor.org.pk, role=Membership.Role.OWNER, status=Membership.Status.ACTIVE
+            ).exclude(pk=membership.pk).exists():
+                raise ServiceError("FORBIDDEN", "The last active owner cannot be suspended or retired.")
+        before = membership.status
+        retired = 0
+        with mutation(actor, f"member_{verb}", charge=False) as unit:
+            if before != status:
+                Membership.objects.filter(pk=membership.pk).update(status=status)
+                unit.record(f"member_{verb}", changes={"member": [None, membership.user.email], "status": [before, status]})
+            if status != Membership.Status.ACTIVE:
+                retired = _retire_keys(actor, membership)
+    return {"memberId": membership.pk, "email": membership.user.email, "status": status, "keysRetired": retired}
+
+
+def member_suspend(*, actor: Actor, member_id) -> dict:
+    """Suspend a person: they lose access and their agent keys are retired."""
+    return _set_status(actor=actor, member_id=member_id, status=Membership.Status.SUSPENDED, verb="suspended")
+
+
+def member_reactivate(*, actor: Actor, member_id) -> dict:
+    return _set_status(actor=actor, member_id=member_id, status=Membership.Status.ACTIVE, verb="reactivated")
+
+
+def member_retire(*, actor: Actor, member_id) -> dict:
+    """Retire a person for good (left the team): access ends, keys are retired."""
+    return _set_status(actor=actor, member_id=member_id, status=Membership.Status.RETIRED, verb="retired")
+
+
+# --- invites ----------------------------------------------------------------------------
+
+INVITE_PREFIX = "rtscinv_"
+
+
+def invite_create(*, actor: Actor, expires_days: int = 7, role: str = Membership.Role.MEMBER):
+    """An owner invites with a single-use code, valid 1-30 days. The code is shown once."""
+    from apps.orgs.models import Invite
+
+    _owner_only(actor)
+    try:
+        days = int(expires_days)
+    except (TypeError, ValueError):
+        raise invalid("expiresDays", "expiresDays is a whole number of days, 1-30.") from None
+    if not 1 <= days <= 30 or isinstance(expires_days, bool):
+        raise invalid("expiresDays", "expiresDays is a whole number of days, 1-30.")
+    if role not in Membership.Role.values:
+        raise invalid("role", "role must be owner or member.")
+    raw = INVITE_PREFIX + secrets.token_urlsafe(18)
+    with mutation(actor, "invite_create", charge=False) as unit:
+        invite = Invite.objects.create(
+            org=actor.org, code_hash=hash_secret(raw), prefix=raw[:14], role=role,
+            created_by_id=actor.principal_id, expires_at=timezone.now() + timedelta(days=days),
+        )
+        unit.record("invite_created", changes={"invite": [None, {"id": invite.pk, "role": role, "days": days}]})
+    return invite, raw
+
+
+def invite_revoke(*, actor: Actor, invite_id) -> None:
+    from apps.orgs.models import Invite
+
+    _owner_only(actor)
+    with mutation(actor, "invite_revoke", charge=False) as unit:
+        changed = Invite.objects.filter(
+            pk=invite_id, org=actor.org, accepted_at__isnull=True, revoked_at__isnull=True
+        ).update(revoked_at=timezone.now())
+        if not changed:
+            if not Invite.objects.filter(pk=invite_id, org=actor.org).exists():
+                raise not_found("Invite")
+            raise ServiceError("CONFLICT", "That invite was already used or revoked.")
+        unit.record("invite_revoked", changes={"invite": [{"id": invite_id}, None]})
+
+
+def invite_redeem(*, code: str, user: User) -> Membership:
+    """Join the org with a code. Single use: of two simultaneous redeemers exactly one wins
+    (a conditional UPDATE that only succeeds while the invite is still pending)."""
+    from apps.orgs.models import Invite
+
+    bad = ServiceError("NOT_FOUND", "That invite code is not valid (unknown, used, revoked or expired).")
+    if not isinstance(code, str) or not code.startswith(INVITE_PREFIX) or len(code) > 100:
+        raise bad
+    now = timezone.now()
+    invite = Invite.objects.select_related("org").filter(code_hash=hash_secret(code.strip())).first()
+    if invite is None or invite.org.deleted_at is not None:
+        raise bad
+    with transaction.atomic():
+        won = Invite.objects.filter(
+            pk=invite.pk, accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now
+        ).update(accepted_at=now, accepted_by=user)
+        if won != 1:
+            raise bad
+        existing = Membership.objects.filter(org=invite.org, user=user).first()
+        if existing is not None and existing.status != Membership.Status.ACTIVE:
+            raise ServiceError("FORBIDDEN", "Your membership of this org is suspended; ask an owner.")
+        membership = existing or Membership.objects.create(org=invite.org, user=user, role=invite.role)
+        actor = Actor(org=invite.org, principal_id=user.pk, key=None, runtime="dash", membership=membership)
+        with mutation(actor, "invite_redeem", charge=False) as unit:
+            unit.record("member_joined", changes={"member": [None, user.email], "role": [None, membership.role]})
+    return membership
+
+
+def org_bootstrap_for_user(*, user: User) -> Org:
+    """A new person's own org with one project (first sign-in). Idempotent."""
+    membership = Membership.objects.filter(user=user, status=Membership.Status.ACTIVE).select_related("org").first()
+    if membership is not None:
+        return membership.org
+    base = (user.get_full_name() or user.email.split("@")[0] or "My").strip()
+    with transaction.atomic():
+        org = org_create(name=f"{base}'s org"[:120], owner=user)
+        letters = re.sub(r"[^A-Za-z0-9]", "", base).upper()
+        prefix = (letters if letters[:1].isalpha() else "P" + letters)[:4]
+        project_create(org=org, prefix=prefix if len(prefix) >= 2 else "WORK", name="Work")
+    return org
+
+
+def project_rename(*, actor: Actor, prefix: str, new_prefix: str, name: str | None = None) -> Project:
+    """Rename a project's prefix; the old prefix stays an alias so old identifiers resolve."""
+    from apps.orgs.models import ProjectAlias
+
+    _owner_only(actor)
+    new_prefix = (new_prefix or "").strip()
+    if not PREFIX_RE.fullmatch(new_prefix):
+        raise invalid("prefix", "A project prefix is 2-10 letters or digits and starts with a letter.")
+    new_prefix = new_prefix.upper()
+    with transaction.atomic():
+        project = Project.objects.select_for_update().filter(org=actor.org, prefix=str(prefix).upper()).first()
+        if project is None:
+            raise not_found(f"Project {prefix}")
+        if new_prefix != project.prefix:
+            taken = Project.objects.filter(org=actor.org, prefix=new_prefix).exists() or ProjectAlias.objects.filter(
+                org=actor.org, prefix=new_prefix
+            ).exclude(project=project).exists()
+            if taken:
+                raise ServiceError("CONFLICT", f"The prefix {new_prefix} is taken in this org.", field="prefix")
+            ProjectAlias.objects.filter(org=actor.org, prefix=new_prefix, project=project).delete()
+            ProjectAlias.objects.create(org=actor.org, project=project, prefix=project.prefix)
+            old = project.prefix
+            project.prefix = new_prefix
+        else:
+            old = project.prefix
+        if name:
+            project.name = name.strip()[:120]
+        project.save(update_fields=["prefix", "name"])
+        with mutation(actor, "project_rename", charge=False) as unit:
+            unit.record("project_renamed", changes={"prefix": [old, new_prefix]})
+    return project
+
+
+# --- actor-facing key and project management (every interface calls these) ----------
+# The role rules live here, once: members manage only their own keys (another person's
+# key reads as not found), only owners mint for someone else, only owners add projects.
+
+def _forbidden(message: str) -> ServiceError:
+    return ServiceError("FORBIDDEN", message, tell_human="Ask an owner of the org.")
+
+
+def key_mint_as(*, actor: Actor, project_prefix: str, runtime: str, label: str = "", for_member_id=None):
+    """Mint a key for yourself; owners may mint for another active member."""
+    user_id = actor.principal_id
+    if for_member_id not in (None, "", str(actor.membership.pk) if actor.membership else None):
+        if not actor.is_owner:
+            raise _forbidden("Only an org owner can mint keys for someone else.")
+        membership = Membership.objects.filter(org_id=actor.org.pk, pk=for_member_id).select_related("user").first()
+        if membership is None:
+            raise invalid("member", "That person is not a member of this org.")
+        user_id = membership.user_id
+    project = Project.objects.filter(org_id=actor.org.pk, prefix=(project_prefix or "").strip().upper()).first()
+    if project is None:
+        raise not_found(f"Project {project_prefix}")
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.get(pk=user_id)
+    return agent_key_mint(org=actor.org, user=user, project=project, runtime=runtime, label=label)
+
+
+def _manageable_key(actor: Actor, key_id) -> AgentKey:
+    try:
+        pk = int(key_id)
+    except (TypeError, ValueError):
+        raise not_found("Key") from None
+    key = AgentKey.objects.select_related("org", "user", "project").filter(pk=pk, org_id=actor.org.pk).first()
+    if key is None:
+        raise not_found("Key")
+    if key.user_id != actor.principal_id and not actor.is_owner:
+        # A member cannot see others' keys either: read as not found.
+        raise not_found("Key")
+    if key.revoked_at is not None:
+        raise ServiceError("CONFLICT", f"The key {key.prefix}… is already revoked.")
+    return key
+
+
+def key_rotate_as(*, actor: Actor, key_id):
+    return agent_key_rotate(key=_manageable_key(actor, key_id))
+
+
+def key_revoke_as(*, actor: Actor, key_id) -> AgentKey:
+    key = _manageable_key(actor, key_id)
+    agent_key_revoke(key=key)
+    return key
+
+
+def project_create_as(*, actor: Actor, prefix: str, name: str = "") -> Project:
+    if not actor.is_owner:
+        raise _forbidden("Only an org owner can create projects.")
+    return project_create(org=actor.org, prefix=prefix, name=name)

@@ -64,10 +64,23 @@ INSTALLED_APPS = [
     "apps.issues",
     "apps.leases",
     "apps.billing",
+    "apps.accounts",
+    "apps.dash",
+    "django_htmx",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "apps.api",
+    "apps.mcp",
+    "apps.devices",
+    "apps.intake",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -75,6 +88,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "retasc.urls"
@@ -90,6 +105,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.i18n",
+                "apps.dash.context.dash",
             ],
         },
     },
@@ -107,6 +124,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"REDIS_URL must start with redis:// or rediss://, not {REDIS_URL!r}.")
+if REDIS_URL:
+    # Shared by every server process: API rate limits hold across the load balancer.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # Short timeouts: a Redis outage degrades rate limits, never hangs requests.
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -140,20 +167,57 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# WhiteNoise serves static files from Daphne; finders make it work before collectstatic.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+}
+# Per agent key (or signed-in user) request rate for /api/v1/, e.g. "600/min".
+RETASC_API_RATE = env_str("RETASC_API_RATE", "600/min")
+if not __import__("re").fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", RETASC_API_RATE):
+    raise ImproperlyConfigured(f"RETASC_API_RATE must look like 600/min, not {RETASC_API_RATE!r}.")
+RETASC_UPLOAD_MAX_BYTES = env_int("RETASC_UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+RETASC_UPLOAD_URL_TTL_SECONDS = env_int("RETASC_UPLOAD_URL_TTL_SECONDS", 900, minimum=10, maximum=7 * 24 * 3600)
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Retasc API",
+    "DESCRIPTION": "Agent-first issue tracker and work queue. Same operations and error codes as the MCP tools.",
+    "VERSION": __version__,
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "OAS_VERSION": "3.1.0",
+    "PREPROCESSING_HOOKS": ["apps.api.schema.only_api_v1"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "apps.api.schema.add_components"],
 }
 
 # Queue behaviour.
 RETASC_LEASE_TTL_SECONDS = env_int("RETASC_LEASE_TTL_SECONDS", 1800, minimum=5, maximum=7 * 24 * 3600)
 RETASC_CLAIM_CAP = env_int("RETASC_CLAIM_CAP", 7, minimum=1, maximum=1000)
 RETASC_RECLAIM_INTERVAL_SECONDS = env_int("RETASC_RECLAIM_INTERVAL_SECONDS", 30, minimum=1)
+# How long `retasc login` waits between polls of the device flow.
+RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECONDS", 5, minimum=1, maximum=60)
 
 # Billing: meter always; enforce only when asked (hosted). Embedded default: meter only.
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
+
+# MCP at /mcp (apps.mcp). Largest accepted request body; larger ones get HTTP 413.
+RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=64 * 1024)
+# Test instances only: answer initialize / ping / tools/list without a key (every tool
+# call still needs one). Lets key-less protocol checkers (MCP conformance) run.
+RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
 
 LOGGING = {
     "version": 1,
@@ -162,3 +226,37 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("RETASC_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# --- Accounts: django-allauth (e-mail sign-in; GitHub/Google when configured) ---------
+from apps.accounts import config as _accounts  # noqa: E402
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "dash:home"
+ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+ACCOUNT_ADAPTER = "apps.accounts.adapter.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "apps.accounts.adapter.SocialAccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_UNIQUE_EMAIL = True
+ACCOUNT_PRESERVE_USERNAME_CASING = False
+ACCOUNT_EMAIL_VERIFICATION = _accounts.email_verification()
+ACCOUNT_SESSION_REMEMBER = None
+ACCOUNT_DEFAULT_HTTP_PROTOCOL = "https" if PUBLIC_URL.startswith("https") else "http"
+# Sign-in throttling (allauth counts in the cache): failed logins per IP and per account.
+ACCOUNT_RATE_LIMITS = {
+    "login": "30/m/ip",
+    "login_failed": "10/m/ip,5/5m/key",
+    "signup": "20/m/ip",
+    "reset_password": "20/m/ip,5/m/key",
+    "confirm_email": "1/3m/key",
+}
+_social_apps, SOCIALACCOUNT_PROVIDERS = _accounts.social_providers()
+INSTALLED_APPS += _social_apps
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+for _name, _value in _accounts.email_settings().items():
+    globals()[_name] = _value
