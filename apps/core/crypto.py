@@ -26,6 +26,7 @@ import os
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from django.core.exceptions import ImproperlyConfigured
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -33,8 +34,12 @@ _WRAP_MAGIC = b"K1"
 _SEAL_VERSION = b"\x01"
 
 
-class CryptoConfigError(ValueError):
-    """The master key setting is unusable. The message is one sentence for the operator."""
+class CryptoConfigError(ImproperlyConfigured, ValueError):
+    """The master key setting is unusable. The message is one sentence for the operator.
+
+    An ``ImproperlyConfigured``, so ``manage.py`` and the ASGI entry point print it as one
+    line and stop instead of showing a traceback.
+    """
 
 
 class IntegrityError(Exception):

@@ -8,8 +8,10 @@ makes its content unrecoverable even from a database backup taken earlier
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,6 +53,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _store_lock():
+    """An exclusive lock on the key store, across processes: a rewrap must never write
+    back the key of an org that is being destroyed at the same moment (that would undo
+    the crypto-shredding)."""
+    fd = os.open(keystore_dir() / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def data_key_create(org_ref: str) -> None:
     """Create and store a fresh data key for a new org."""
     key = crypto.new_data_key()
@@ -79,10 +94,11 @@ def data_key_destroy(org_ref: str) -> None:
     """Crypto-shred: forget the key everywhere this process can reach."""
     with _lock:
         _cache.pop(org_ref, None)
-    try:
-        _path(org_ref).unlink()
-    except FileNotFoundError:
-        pass
+    with _store_lock():
+        try:
+            _path(org_ref).unlink()
+        except FileNotFoundError:
+            pass
 
 
 def rewrap_all() -> tuple[int, int]:
@@ -90,13 +106,17 @@ def rewrap_all() -> tuple[int, int]:
     current = ring()
     done = total = 0
     for path in sorted(keystore_dir().glob("*.key")):
-        total += 1
-        wrapped = path.read_bytes()
-        if current.wrapped_by_newest(wrapped):
-            continue
-        org_ref = path.stem
-        _write_atomic(path, current.wrap(current.unwrap(wrapped, org_ref=org_ref), org_ref=org_ref))
-        done += 1
+        with _store_lock():
+            try:
+                wrapped = path.read_bytes()
+            except FileNotFoundError:  # the org was deleted meanwhile: stay shredded
+                continue
+            total += 1
+            if current.wrapped_by_newest(wrapped):
+                continue
+            org_ref = path.stem
+            _write_atomic(path, current.wrap(current.unwrap(wrapped, org_ref=org_ref), org_ref=org_ref))
+            done += 1
     return done, total
 
 

@@ -18,6 +18,7 @@ Locking order, to rule out deadlocks: project claim lock -> issue rows (NO KEY U
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class _Entry:
     verb: str
     issue_id: object
     changes: dict
+    identifier: str | None = None
 
 
 @dataclass
@@ -50,7 +52,8 @@ class Unit:
     charge: bool = True
 
     def record(self, verb: str, *, issue=None, changes: dict | None = None) -> None:
-        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}))
+        identifier = issue.identifier if hasattr(issue, "identifier") else None
+        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier))
 
     def rank_dirty(self, issue_id) -> None:
         self.dirty_ranks.add(issue_id)
@@ -170,6 +173,16 @@ def _after_commit(unit: Unit) -> None:
         from apps.issues.ranking import ranks_refresh
 
         ranks_refresh(org_id=unit.actor.org.pk, issue_ids=unit.dirty_ranks)
+    if unit.entries:
+        from apps.core import events
+
+        # Live events carry no content (titles stay encrypted at rest and out of the
+        # channel layer): the Dash re-reads what it shows.
+        payload = [
+            {"verb": e.verb, "issue": e.identifier, "runtime": unit.actor.runtime}
+            for e in unit.entries
+        ]
+        transaction.on_commit(functools.partial(events.publish, unit.actor.org.pk, payload))
     for fn in unit.after:
         # An effect must never fail the action that already committed.
         try:
