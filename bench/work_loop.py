@@ -1,0 +1,546 @@
+"""Work-loop throughput: N concurrent agents pull and finish issues over HTTP and MCP.
+
+Each agent loops: ``next_issue`` (timed) -> ``save_issue status=done`` with its claim
+token (so a "claim" below is a *claim + finish*, two requests). One Daphne process,
+PostgreSQL, a fresh database. Cells are bounded by a claim budget and a time cap.
+
+In the same run, the raw-SQL limit: the same pull written by hand with psycopg (advisory
+lock on the project, top row of the dispatch index with the open-blocker check, mark it
+held, insert a claim row; then a second transaction that finishes it), at the same
+concurrency. Our claims/s are reported as a ratio of it.
+
+    .venv/bin/python -m bench.work_loop            # full (20,000 ready issues)
+    .venv/bin/python -m bench.work_loop --quick    # small sizes, a minute or two
+
+Double claims are counted twice: agent-reported (an identifier handed out twice) and in
+the database (issues with more than one claim row). Both must be 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import zlib
+from collections import Counter
+from hashlib import sha256
+
+from bench.common import (
+    ROOT,
+    ms,
+    new_instance,
+    percentile,
+    print_header,
+    seed,
+    start_daphne,
+)
+
+TARGETS = {"http_ratio_32": 0.25, "mcp_ratio_32": 0.15, "p99_ms_32": 250, "heartbeat_x_claims": 2.0}
+
+
+class Stats:
+    def __init__(self, budget: int, deadline: float):
+        self.budget, self.deadline = budget, deadline
+        self.claims = 0
+        self.lat: list[float] = []
+        self.seen: Counter = Counter()
+        self.errors: Counter = Counter()
+        self.empty = 0
+
+    def take(self) -> bool:
+        if self.claims >= self.budget or time.monotonic() > self.deadline:
+            return False
+        self.claims += 1
+        return True
+
+
+# --- HTTP agents ----------------------------------------------------------------------
+
+
+async def http_agent(client, base: str, key: str, st: Stats, finish: bool = True):
+    auth = {"Authorization": f"Bearer {key}"}
+    while st.take():
+        t0 = time.perf_counter()
+        try:
+            r = await client.post(f"{base}/api/v1/work/next", json={}, headers=auth)
+        except Exception as exc:  # noqa: BLE001
+            st.errors[type(exc).__name__] += 1
+            st.claims -= 1
+            await asyncio.sleep(0.05)
+            continue
+        st.lat.append(time.perf_counter() - t0)
+        if r.status_code != 200:
+            st.errors[f"next:{r.status_code}"] += 1
+            st.claims -= 1
+            await asyncio.sleep(0.05)
+            continue
+        data = r.json()
+        if data.get("issue") is None:
+            st.claims -= 1
+            st.empty += 1
+            return
+        ident = data["issue"]["identifier"]
+        st.seen[ident] += 1
+        if finish:
+            r = await client.patch(
+                f"{base}/api/v1/issues/{ident}", json={"status": "done", "claimToken": data["claimToken"]}, headers=auth
+            )
+            if r.status_code != 200:
+                st.errors[f"done:{r.status_code}:{r.text[:80]}"] += 1
+
+
+async def run_http(base: str, keys: list[str], n: int, budget: int, seconds: float) -> Stats:
+    import httpx2
+
+    st = Stats(budget, time.monotonic() + seconds)
+    limits = httpx2.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), limits=limits) as client:
+        t0 = time.monotonic()
+        await asyncio.gather(*(http_agent(client, base, keys[i % len(keys)], st) for i in range(n)))
+        st.elapsed = time.monotonic() - t0
+    return st
+
+
+# --- MCP agents -----------------------------------------------------------------------
+
+
+def _payload(result) -> dict:
+    return json.loads(result.content[0].text)
+
+
+async def mcp_agent(url: str, key: str, st: Stats, ready: asyncio.Event, started: list):
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(60, read=120)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+            started.append(1)
+            await ready.wait()
+            while st.take():
+                t0 = time.perf_counter()
+                try:
+                    res = await client.call_tool("next_issue", {})
+                except Exception as exc:  # noqa: BLE001
+                    st.errors[type(exc).__name__] += 1
+                    st.claims -= 1
+                    await asyncio.sleep(0.05)
+                    continue
+                st.lat.append(time.perf_counter() - t0)
+                data = _payload(res)
+                if res.is_error:
+                    st.errors[f"next:{data.get('code')}"] += 1
+                    st.claims -= 1
+                    await asyncio.sleep(0.05)
+                    continue
+                if data.get("issue") is None:
+                    st.claims -= 1
+                    st.empty += 1
+                    return
+                ident = data["issue"]["identifier"]
+                st.seen[ident] += 1
+                res = await client.call_tool(
+                    "save_issue", {"identifier": ident, "status": "done", "claimToken": data["claimToken"]}
+                )
+                if res.is_error:
+                    st.errors[f"done:{_payload(res).get('code')}"] += 1
+
+
+async def run_mcp(base: str, keys: list[str], n: int, budget: int, seconds: float) -> Stats:
+    st = Stats(budget, float("inf"))
+    ready, started = asyncio.Event(), []
+    tasks = [asyncio.create_task(mcp_agent(f"{base}/mcp", keys[i % len(keys)], st, ready, started)) for i in range(n)]
+    t_wait = time.monotonic() + 120
+    while len(started) < n and time.monotonic() < t_wait and not any(t.done() for t in tasks):
+        await asyncio.sleep(0.05)
+    st.deadline = time.monotonic() + seconds  # the clock starts once every session is open
+    t0 = time.monotonic()
+    ready.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    st.elapsed = time.monotonic() - t0
+    for r in results:
+        if isinstance(r, BaseException):
+            st.errors[f"agent:{type(r).__name__}"] += 1
+    return st
+
+
+# --- heartbeats -----------------------------------------------------------------------
+
+
+async def run_heartbeats(base: str, keys: list[str], n: int, seconds: float) -> dict:
+    import httpx2
+
+    limits = httpx2.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    count, errors, lat = 0, Counter(), []
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), limits=limits) as client:
+        held = []
+
+        async def grab(key):
+            r = await client.post(f"{base}/api/v1/work/next", json={}, headers={"Authorization": f"Bearer {key}"})
+            d = r.json()
+            if d.get("issue"):
+                held.append((key, d["issue"]["identifier"], d["claimToken"]))
+
+        await asyncio.gather(*(grab(keys[i % len(keys)]) for i in range(n)))
+        deadline = time.monotonic() + seconds
+
+        async def beat(key, ident, tok):
+            nonlocal count
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                r = await client.post(
+                    f"{base}/api/v1/issues/{ident}/heartbeat",
+                    json={"claimToken": tok},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+                lat.append(time.perf_counter() - t0)
+                if r.status_code == 200:
+                    count += 1
+                else:
+                    errors[r.status_code] += 1
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(beat(*h) for h in held))
+        elapsed = time.monotonic() - t0
+        for key, ident, tok in held:  # finish them so the backlog stays clean
+            await client.patch(
+                f"{base}/api/v1/issues/{ident}",
+                json={"status": "done", "claimToken": tok},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+    return {
+        "agents": len(held),
+        "heartbeats": count,
+        "per_s": round(count / elapsed, 1),
+        "p50_ms": ms(percentile(lat, 50)),
+        "p99_ms": ms(percentile(lat, 99)),
+        "errors": dict(errors),
+    }
+
+
+# --- the raw-SQL limit ----------------------------------------------------------------
+
+RAW_PICK = """
+SELECT i.id FROM issues_issue i
+WHERE i.project_id = %(p)s AND i.work AND NOT i.awaiting_triage AND i.status IN ('todo','doing','review')
+  AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= now())
+  AND NOT EXISTS (SELECT 1 FROM issues_relation r JOIN issues_issue s ON s.id = r.source_id
+                  WHERE r.target_id = i.id AND r.type = 'blocks' AND s.status NOT IN ('done','canceled'))
+ORDER BY i.dispatch_rank, i.created_at, i.number LIMIT 1
+"""
+
+
+async def run_raw(
+    db_url: str,
+    project_id: int,
+    org_id,
+    key_id: int,
+    user_id: int,
+    n: int,
+    budget: int,
+    seconds: float,
+    finish: bool,
+    max_conns: int,
+) -> Stats:
+    import psycopg
+
+    conns = min(n, max_conns)
+    st = Stats(budget, time.monotonic() + seconds)
+    lock = zlib.crc32(str(project_id).encode()) - 2**31
+
+    async def worker():
+        async with await psycopg.AsyncConnection.connect(db_url.replace("postgres://", "postgresql://")) as conn:
+            while st.take():
+                t0 = time.perf_counter()
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(7302, %s)", [lock])
+                    row = await (await conn.execute(RAW_PICK, {"p": project_id})).fetchone()
+                    if row is None:
+                        st.claims -= 1
+                        st.empty += 1
+                        return
+                    cur = await conn.execute(
+                        "INSERT INTO leases_claim (org_id, issue_id, key_id, principal_id, kind, token_hash, created_at,"
+                        " expires_at, last_heartbeat_at, end_reason) VALUES (%s,%s,%s,%s,'work',%s,now(),"
+                        " now() + interval '30 minutes', now(), '') RETURNING id",
+                        [org_id, row[0], key_id, user_id, sha256(secrets.token_bytes(32)).hexdigest()],
+                    )
+                    claim_id = (await cur.fetchone())[0]
+                    cur = await conn.execute(
+                        "UPDATE issues_issue SET status='doing', lease_claim_id=%s, lease_principal_id=%s,"
+                        " lease_expires_at=now() + interval '30 minutes', updated_at=now()"
+                        " WHERE id=%s AND (lease_claim_id IS NULL OR lease_expires_at <= now())",
+                        [claim_id, user_id, row[0]],
+                    )
+                    assert cur.rowcount == 1
+                st.lat.append(time.perf_counter() - t0)
+                st.seen[str(row[0])] += 1
+                if finish:
+                    async with conn.transaction():
+                        await conn.execute(
+                            "UPDATE leases_claim SET ended_at=now(), end_reason='finished' WHERE id=%s", [claim_id]
+                        )
+                        await conn.execute(
+                            "UPDATE issues_issue SET status='done', closed_at=now(), lease_claim_id=NULL,"
+                            " lease_principal_id=NULL, lease_expires_at=NULL WHERE id=%s",
+                            [row[0]],
+                        )
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(conns)))
+    st.elapsed = time.monotonic() - t0
+    st.conns = conns
+    return st
+
+
+# --- reporting ------------------------------------------------------------------------
+
+
+def summary(st: Stats) -> dict:
+    dup = sum(1 for v in st.seen.values() if v > 1)
+    return {
+        "claims": st.claims,
+        "seconds": round(st.elapsed, 2),
+        "claims_per_s": round(st.claims / st.elapsed, 1) if st.elapsed else 0,
+        "p50_ms": ms(percentile(st.lat, 50)),
+        "p95_ms": ms(percentile(st.lat, 95)),
+        "p99_ms": ms(percentile(st.lat, 99)),
+        "agent_dupes": dup,
+        "errors": dict(st.errors),
+    }
+
+
+def db_checks(db_url: str) -> dict:
+    import psycopg
+
+    with psycopg.connect(db_url.replace("postgres://", "postgresql://")) as conn:
+        multi = conn.execute(
+            "SELECT count(*) FROM (SELECT issue_id FROM leases_claim GROUP BY issue_id HAVING count(*) > 1) x"
+        ).fetchone()[0]
+        held_twice = conn.execute(
+            "SELECT count(*) FROM (SELECT issue_id FROM leases_claim WHERE ended_at IS NULL AND expires_at > now()"
+            " GROUP BY issue_id HAVING count(*) > 1) x"
+        ).fetchone()[0]
+        done = conn.execute("SELECT count(*) FROM issues_issue WHERE status='done'").fetchone()[0]
+        claims = conn.execute("SELECT count(*) FROM leases_claim").fetchone()[0]
+    return {"issues_with_more_than_one_claim": multi, "issues_held_twice_now": held_twice, "done": done, "claim_rows": claims}
+
+
+def py_spy(pid: int, seconds: int, out: str) -> subprocess.Popen | None:
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(spy):
+        return None
+    return subprocess.Popen(
+        [spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50", "--format", "raw", "-o", out, "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def top_frames(path: str, limit: int = 18) -> list[tuple[str, float]]:
+    """Inclusive share of samples per function (collapsed stacks from py-spy --format raw)."""
+    incl, total = Counter(), 0
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c = int(count)
+        total += c
+        frames = {
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0].split("/")[-1] + ")" if " (" in f else f
+            for f in stack.split(";")
+        }
+        for f in frames:
+            incl[f] += c
+    return [(f, round(100 * c / total, 1)) for f, c in incl.most_common(limit)] if total else []
+
+
+async def main_async(o) -> int:
+    facts = print_header("Retasc work-loop benchmark")
+    ns = [int(x) for x in o.agents.split(",")]
+    projects16 = [f"P{k:02d}" for k in range(1, 17)]
+    inst = new_instance("postgres", prefix="BENCH")
+    report: dict = {"machine": facts, "sizes": vars(o), "cells": []}
+    server = None
+    try:
+        t0 = time.monotonic()
+        s1 = seed(inst, projects=["BENCH"], issues=o.issues, keys=max(ns), key_projects=["BENCH"])
+        s16 = seed(inst, projects=projects16, issues=max(1, o.issues // 16), keys=max(ns), key_projects=projects16)
+        seed(inst, projects=["RAW"], issues=o.raw_issues, keys=1, key_projects=["RAW"])
+        report["seed"] = {
+            "single": s1["projects"],
+            "seconds_total": round(time.monotonic() - t0, 1),
+            "sixteen_total_issues": sum(p["issues"] for p in s16["projects"].values()),
+        }
+        print(
+            f"seeded {o.issues} ready issues in BENCH, {o.issues // 16} x 16 in P01..P16, {o.raw_issues} in RAW "
+            f"in {report['seed']['seconds_total']} s",
+            flush=True,
+        )
+        keys1 = [k["key"] for k in s1["keys"]]
+        keys16 = [k["key"] for k in s16["keys"]]
+
+        import psycopg
+
+        with psycopg.connect(inst.db_url.replace("postgres://", "postgresql://")) as conn:
+            raw_project, raw_org = conn.execute("SELECT id, org_id FROM orgs_project WHERE prefix='RAW'").fetchone()
+            raw_key, raw_user = conn.execute(
+                "SELECT id, user_id FROM orgs_agentkey WHERE project_id=%s LIMIT 1", [raw_project]
+            ).fetchone()
+
+        server = start_daphne(inst)
+        print(f"daphne pid {server.pid} on {server.base}", flush=True)
+        # raw-SQL limit first (it does not touch the server)
+        raw = {}
+        for n in ns:
+            for finish in (False, True):
+                st = await run_raw(
+                    inst.db_url, raw_project, raw_org, raw_key, raw_user, n, o.raw_budget, o.raw_seconds, finish, o.raw_max_conns
+                )
+                row = {
+                    "transport": "raw-sql",
+                    "finish": finish,
+                    "projects": 1,
+                    "agents": n,
+                    "connections": st.conns,
+                    **summary(st),
+                }
+                raw[(n, finish)] = row["claims_per_s"]
+                report["cells"].append(row)
+                print(json.dumps(row), flush=True)
+        profiles = {}
+        for label, keys in (("1 project", keys1), ("16 projects", keys16)):
+            for transport in ("http", "mcp"):
+                for n in ns:
+                    spy = None
+                    if o.profile and n == 32 and label == "1 project":
+                        prof = os.path.join(inst.data_dir, f"pyspy-{transport}-32.txt")
+                        spy = py_spy(server.pid, int(o.seconds), prof)
+                    runner = run_http if transport == "http" else run_mcp
+                    st = await runner(server.base, keys, n, o.budget, o.seconds)
+                    if spy:
+                        try:
+                            spy.wait(o.seconds + 30)
+                        except subprocess.TimeoutExpired:
+                            spy.kill()
+                        profiles[transport] = top_frames(prof)
+                    row = {
+                        "transport": transport,
+                        "finish": True,
+                        "projects": 1 if label == "1 project" else 16,
+                        "agents": n,
+                        **summary(st),
+                    }
+                    row["ratio_vs_raw"] = round(row["claims_per_s"] / raw[(n, True)], 3) if raw.get((n, True)) else None
+                    row["ratio_vs_raw_claim_only"] = (
+                        round(row["claims_per_s"] / raw[(n, False)], 3) if raw.get((n, False)) else None
+                    )
+                    row["daphne_rss_mb"] = server.rss_mb()
+                    report["cells"].append(row)
+                    print(json.dumps(row), flush=True)
+        report["heartbeats_128"] = await run_heartbeats(server.base, keys1, max(ns), o.hb_seconds)
+        print("heartbeats: " + json.dumps(report["heartbeats_128"]), flush=True)
+        report["daphne_peak_rss_mb"] = server.peak_rss_mb()
+        report["profiles"] = profiles
+        report["db_checks"] = db_checks(inst.db_url)
+        print("db checks: " + json.dumps(report["db_checks"]), flush=True)
+        print(f"daphne peak RSS (VmHWM): {report['daphne_peak_rss_mb']} MB", flush=True)
+    finally:
+        if server:
+            server.stop()
+        if not o.keep:
+            inst.drop()
+
+    if o.embedded:
+        report["embedded"] = await embedded(o)
+
+    # verdicts
+    def cell(t, n, p=1):
+        return next((c for c in report["cells"] if c["transport"] == t and c["agents"] == n and c["projects"] == p), None)
+
+    verdict = {}
+    h32, m32 = cell("http", 32), cell("mcp", 32)
+    if h32:
+        verdict["http_32_ratio"] = (
+            h32["ratio_vs_raw"],
+            TARGETS["http_ratio_32"],
+            h32["ratio_vs_raw"] >= TARGETS["http_ratio_32"],
+        )
+        verdict["http_32_p99_ms"] = (h32["p99_ms"], TARGETS["p99_ms_32"], h32["p99_ms"] < TARGETS["p99_ms_32"])
+    if m32:
+        verdict["mcp_32_ratio"] = (m32["ratio_vs_raw"], TARGETS["mcp_ratio_32"], m32["ratio_vs_raw"] >= TARGETS["mcp_ratio_32"])
+        verdict["mcp_32_p99_ms"] = (m32["p99_ms"], TARGETS["p99_ms_32"], m32["p99_ms"] < TARGETS["p99_ms_32"])
+    h128 = cell("http", max(ns))
+    if h128 and report.get("heartbeats_128"):
+        x = report["heartbeats_128"]["per_s"] / max(h128["claims_per_s"], 0.001)
+        verdict["heartbeats_vs_claims_128"] = (round(x, 2), TARGETS["heartbeat_x_claims"], x >= TARGETS["heartbeat_x_claims"])
+    dupes = report["db_checks"]["issues_with_more_than_one_claim"] + sum(c["agent_dupes"] for c in report["cells"])
+    verdict["double_claims"] = (dupes, 0, dupes == 0)
+    report["verdict"] = verdict
+    print("verdict (value, target, met): " + json.dumps(verdict), flush=True)
+    if o.json_out:
+        os.makedirs(os.path.dirname(o.json_out) or ".", exist_ok=True)
+        with open(o.json_out, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 0 if dupes == 0 else 1
+
+
+async def embedded(o) -> list:
+    """The embedded mode: SQLite, one Daphne process, N = 1, 8, 32."""
+    inst = new_instance("sqlite", prefix="EMB")
+    rows = []
+    server = None
+    try:
+        s = seed(inst, projects=["EMB"], issues=o.embedded_issues, keys=32, key_projects=["EMB"])
+        keys = [k["key"] for k in s["keys"]]
+        server = start_daphne(inst)
+        for transport in ("http", "mcp"):
+            for n in (1, 8, 32):
+                runner = run_http if transport == "http" else run_mcp
+                st = await runner(server.base, keys, n, o.embedded_budget, o.seconds)
+                row = {"transport": f"{transport} (sqlite)", "finish": True, "projects": 1, "agents": n, **summary(st)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        if server:
+            server.stop()
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes (make bench-quick)")
+    p.add_argument("--agents", default="1,8,32,128")
+    p.add_argument("--issues", type=int, default=20000, help="ready issues in the single project (and split over 16)")
+    p.add_argument("--raw-issues", type=int, default=20000)
+    p.add_argument("--budget", type=int, default=1000, help="claims per cell at most")
+    p.add_argument("--seconds", type=float, default=20, help="time cap per cell")
+    p.add_argument("--raw-budget", type=int, default=2000)
+    p.add_argument("--raw-seconds", type=float, default=5)
+    p.add_argument("--raw-max-conns", type=int, default=40, help="PostgreSQL max_connections is shared; cap raw connections")
+    p.add_argument("--hb-seconds", type=float, default=10)
+    p.add_argument("--embedded", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--embedded-issues", type=int, default=2000)
+    p.add_argument("--embedded-budget", type=int, default=300)
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True, help="py-spy the 32-agent cells")
+    p.add_argument("--keep", action="store_true", help="keep the database")
+    p.add_argument("--json-out", default="")
+    o = p.parse_args()
+    if o.quick:
+        o.issues, o.raw_issues, o.budget, o.seconds, o.raw_budget, o.raw_seconds = 2000, 2000, 150, 8, 200, 2
+        o.hb_seconds, o.embedded_issues, o.embedded_budget = 4, 500, 60
+    sys.path.insert(0, str(ROOT))
+    return asyncio.run(main_async(o))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
