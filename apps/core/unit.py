@@ -10,8 +10,9 @@ rows and calls ``unit.record(...)`` for each receipt; on the way out, before com
 3. effective ranks of issues marked dirty are refreshed (own transaction, see
    apps.issues.ranking), then after-commit effects (live events, notifications) run.
 
-Locking order, to rule out deadlocks: project claim lock -> issue rows (NO KEY UPDATE)
--> org row. The org row is only ever taken here, at the end.
+Locking order, to rule out deadlocks: project claim lock or org rank lock -> issue rows
+(NO KEY UPDATE; several at once in primary-key order) -> org row. The org row is only
+ever taken here, at the end; nothing takes the org rank lock while holding an issue row.
 
 ``metered_read(actor, "get_issue")`` charges a read (plumbing tier) without a receipt.
 """
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.core import chain
@@ -172,7 +173,13 @@ def _after_commit(unit: Unit) -> None:
     if unit.dirty_ranks:
         from apps.issues.ranking import ranks_refresh
 
-        ranks_refresh(org_id=unit.actor.org.pk, issue_ids=unit.dirty_ranks)
+        try:
+            ranks_refresh(org_id=unit.actor.org.pk, issue_ids=unit.dirty_ranks)
+        except DatabaseError:
+            # The action already committed: never report it as failed (a caller would
+            # retry a create). The issues stay rank_dirty, so the next refresh (the next
+            # pull's ranks_catch_up, or the periodic job) repairs their ranks.
+            log.warning("rank refresh deferred after a database error", exc_info=True)
     if unit.entries:
         from apps.core import events
 

@@ -385,3 +385,28 @@ def test_fold_drift_is_reported(world):
     )
     assert other.identifier not in err
     assert "Drift" not in err  # names fields, never content
+
+
+def test_a_failed_rank_refresh_after_commit_does_not_fail_the_action(world, monkeypatch):
+    """The write committed; a refresh error defers the ranks instead of raising."""
+    from django.db import DatabaseError
+
+    from apps.issues import ranking
+    from apps.issues.models import Issue
+    from apps.leases import services as leases
+    from tests.conftest import new_issue
+
+    def broken(**kwargs):
+        raise DatabaseError("deadlock detected")
+
+    monkeypatch.setattr(ranking, "ranks_refresh", broken)
+    blocker = new_issue(world.a, "Blocker", priority=4)
+    urgent = new_issue(world.a, "Urgent", priority=1, blocked_by=[blocker.identifier])
+    assert Issue.objects.filter(pk__in=[blocker.pk, urgent.pk], rank_dirty=True).count() == 2
+    monkeypatch.undo()
+
+    # the next pull catches up and hands out the blocker with the inherited urgency
+    claim = leases.next_issue(actor=world.a)
+    assert claim["issue"]["identifier"] == blocker.identifier
+    assert claim["issue"]["effectivePriority"] == 1
+    assert not Issue.objects.filter(rank_dirty=True).exists()
