@@ -24,9 +24,7 @@ def env_raw(name: str) -> str | None:
         try:
             return Path(path).read_text().strip()
         except OSError as exc:
-            raise ImproperlyConfigured(
-                f"{file_var} points to {path!r}, which cannot be read ({exc.strerror})."
-            ) from None
+            raise ImproperlyConfigured(f"{file_var} points to {path!r}, which cannot be read ({exc.strerror}).") from None
     return os.environ.get(name)
 
 
@@ -93,9 +91,7 @@ def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict:
         if not path:
             raise ImproperlyConfigured(f"{name} must look like sqlite:///path/to/file.sqlite3.")
         return sqlite_database(Path(path))
-    raise ImproperlyConfigured(
-        f"{name} must start with postgres:// or sqlite:///, not {parsed.scheme or url!r}."
-    )
+    raise ImproperlyConfigured(f"{name} must start with postgres:// or sqlite:///, not {parsed.scheme or url!r}.")
 
 
 def sqlite_database(path: Path) -> dict:

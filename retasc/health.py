@@ -23,4 +23,6 @@ def health(request):
         except Exception:
             checks["redis"] = "unavailable"
     ok = all(v == "ok" for v in checks.values())
-    return JsonResponse({"status": "ok" if ok else "unavailable", "version": __version__, "checks": checks}, status=200 if ok else 503)
+    return JsonResponse(
+        {"status": "ok" if ok else "unavailable", "version": __version__, "checks": checks}, status=200 if ok else 503
+    )

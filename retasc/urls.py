@@ -11,7 +11,9 @@ urlpatterns = [
     path("api/health", health, name="health"),
     path("api/v1/", include("apps.devices.urls")),  # /api/v1/cli/... and /api/v1/export (before the API catch-all)
     path("api/", include("apps.api.urls")),
-    path(".well-known/mcp.json", well_known_mcp, name="mcp-well-known"),  # /api/v1/, /api/schema/, /api/docs/; JSON 404 for the rest of /api/
+    path(
+        ".well-known/mcp.json", well_known_mcp, name="mcp-well-known"
+    ),  # /api/v1/, /api/schema/, /api/docs/; JSON 404 for the rest of /api/
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("device/", device_view, name="device"),  # retasc login: approve a CLI sign-in

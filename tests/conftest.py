@@ -48,8 +48,13 @@ def build_world():
     member_add(org=org, user=member)
     other, other_project, outsider = make_org(f"Globex {n}", "GLX", f"owner{n}@globex.test")
     w = SimpleNamespace(
-        org=org, project=project, owner=owner, member=member,
-        other_org=other, other_project=other_project, outsider=outsider,
+        org=org,
+        project=project,
+        owner=owner,
+        member=member,
+        other_org=other,
+        other_project=other_project,
+        outsider=outsider,
     )
     w.owner_agent = make_agent(org, owner, project)
     w.member_agent = make_agent(org, member, project, runtime="codex")
@@ -108,8 +113,18 @@ def snapshot():
 
     issues = sorted(
         Issue.objects.values_list(
-            "id", "status", "priority", "assignee_id", "lease_claim_id", "lease_expires_at", "reclaim_count",
-            "title_enc", "body_enc", "checkpoint_id", "effective_rank", "evidence_enc",
+            "id",
+            "status",
+            "priority",
+            "assignee_id",
+            "lease_claim_id",
+            "lease_expires_at",
+            "reclaim_count",
+            "title_enc",
+            "body_enc",
+            "checkpoint_id",
+            "effective_rank",
+            "evidence_enc",
         )
     )
     counts = {m.__name__: m.objects.count() for m in (Activity, Attachment, Checkpoint, Comment, Relation, Claim, LedgerEntry)}
@@ -140,4 +155,6 @@ def _database_is_postgres() -> bool:
     return "postgresql" in settings.DATABASES["default"]["ENGINE"]
 
 
-needs_postgres = pytest.mark.skipif(not _database_is_postgres(), reason="needs PostgreSQL: run with DATABASE_URL (make test-postgres)")
+needs_postgres = pytest.mark.skipif(
+    not _database_is_postgres(), reason="needs PostgreSQL: run with DATABASE_URL (make test-postgres)"
+)

@@ -21,6 +21,7 @@ ORG_HEADER = "X-Retasc-Org"
 
 log = logging.getLogger(__name__)
 
+
 class BearerKeyAuthentication(authentication.BaseAuthentication):
     """``Authorization: Bearer rtsc_…``. Any Authorization header must be a valid key."""
 

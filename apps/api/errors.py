@@ -47,7 +47,11 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.Throttled):
         wait = max(1, int(exc.wait or 1))
         headers["Retry-After"] = str(wait)
-        body = {"code": "RATE_LIMITED", "message": f"Too many requests for this key; retry in {wait} s.", "retryAfterSeconds": wait}
+        body = {
+            "code": "RATE_LIMITED",
+            "message": f"Too many requests for this key; retry in {wait} s.",
+            "retryAfterSeconds": wait,
+        }
     elif isinstance(exc, exceptions.ValidationError):
         body = {"code": "INVALID_ARGUMENT", "message": "The request is not valid.", "errors": exc.detail}
     else:

@@ -77,20 +77,34 @@ _ISSUE = {
     "type": "object",
     "required": ["identifier", "title", "status", "priority", "work", "labels", "blockedBy", "blocks", "claim"],
     "properties": {
-        "identifier": {"type": "string"}, "title": {"type": "string"}, "body": {"type": "string"},
-        "status": {"type": "string", "enum": _STATUSES}, "priority": {"type": "integer"},
-        "effectivePriority": {"type": "integer"}, "work": {"type": "boolean"}, "assignee": _NSTR, "author": _NSTR,
-        "labels": {"type": "array", "items": {"type": "string"}}, "dueAt": _NSTR,
-        "slaState": _NSTR, "timeRemainingMs": {"type": ["integer", "null"]},
+        "identifier": {"type": "string"},
+        "title": {"type": "string"},
+        "body": {"type": "string"},
+        "status": {"type": "string", "enum": _STATUSES},
+        "priority": {"type": "integer"},
+        "effectivePriority": {"type": "integer"},
+        "work": {"type": "boolean"},
+        "assignee": _NSTR,
+        "author": _NSTR,
+        "labels": {"type": "array", "items": {"type": "string"}},
+        "dueAt": _NSTR,
+        "slaState": _NSTR,
+        "timeRemainingMs": {"type": ["integer", "null"]},
         "blockedBy": {"type": "array", "items": {"type": "string"}},
         "blockedByOpen": {"type": "array", "items": {"type": "string"}},
         "blocks": {"type": "array", "items": {"type": "string"}},
-        "acceptance": {"type": "array", "items": {"type": "string"}}, "checkpoint": _NSTR,
-        "reclaimCount": {"type": "integer"}, "createdAt": {"type": "string"}, "updatedAt": {"type": "string"},
+        "acceptance": {"type": "array", "items": {"type": "string"}},
+        "checkpoint": _NSTR,
+        "reclaimCount": {"type": "integer"},
+        "createdAt": {"type": "string"},
+        "updatedAt": {"type": "string"},
         "claim": {
             "oneOf": [
                 {"type": "null"},
-                {"type": "object", "properties": {"heldBy": _NSTR, "expiresAt": {"type": "string"}, "youHold": {"type": "boolean"}}},
+                {
+                    "type": "object",
+                    "properties": {"heldBy": _NSTR, "expiresAt": {"type": "string"}, "youHold": {"type": "boolean"}},
+                },
             ]
         },
     },
@@ -99,20 +113,39 @@ _CLAIM = {
     "type": "object",
     "required": ["issue", "claimToken", "claimExpiresAt", "branch", "resumed"],
     "properties": {
-        "issue": ref("Issue"), "claimToken": {"type": "string"}, "claimExpiresAt": {"type": "string"},
-        "branch": {"type": "string"}, "resumed": {"type": "boolean"}, "checkpoint": _NSTR, "checkpointBy": _NSTR,
+        "issue": ref("Issue"),
+        "claimToken": {"type": "string"},
+        "claimExpiresAt": {"type": "string"},
+        "branch": {"type": "string"},
+        "resumed": {"type": "boolean"},
+        "checkpoint": _NSTR,
+        "checkpointBy": _NSTR,
         "reclaimCount": {"type": "integer"},
     },
 }
 _COMMENT = {
-    "type": "object", "required": ["id", "issue", "body"],
-    "properties": {"id": {"type": "string"}, "issue": {"type": "string"}, "author": _NSTR, "body": {"type": "string"},
-                   "retracted": {"type": "boolean"}, "createdAt": {"type": "string"}},
+    "type": "object",
+    "required": ["id", "issue", "body"],
+    "properties": {
+        "id": {"type": "string"},
+        "issue": {"type": "string"},
+        "author": _NSTR,
+        "body": {"type": "string"},
+        "retracted": {"type": "boolean"},
+        "createdAt": {"type": "string"},
+    },
 }
 _ATTACHMENT = {
-    "type": "object", "required": ["id", "issue", "url"],
-    "properties": {"id": {"type": "string"}, "issue": {"type": "string"}, "url": {"type": "string"}, "title": _NSTR,
-                   "obsolete": {"type": "boolean"}, "createdAt": {"type": "string"}},
+    "type": "object",
+    "required": ["id", "issue", "url"],
+    "properties": {
+        "id": {"type": "string"},
+        "issue": {"type": "string"},
+        "url": {"type": "string"},
+        "title": _NSTR,
+        "obsolete": {"type": "boolean"},
+        "createdAt": {"type": "string"},
+    },
 }
 
 
@@ -122,57 +155,126 @@ def _list_of(key: str, item: dict) -> dict:
 
 COMPONENTS = {
     "Error": {
-        "type": "object", "required": ["code", "message"],
-        "properties": {"code": {"type": "string", "description": "A stable refusal code (SPEC §4-5)."},
-                       "message": {"type": "string"}, "tellHuman": {"type": "string"}},
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string", "description": "A stable refusal code (SPEC §4-5)."},
+            "message": {"type": "string"},
+            "tellHuman": {"type": "string"},
+        },
     },
     "Issue": _ISSUE,
     "Claim": _CLAIM,
     "NextIssue": {
-        "type": "object", "description": "A claim, or an empty pull: {issue: null, ready, otherLanes, blocked, claimed, awaitingTriage}.",
+        "type": "object",
+        "description": "A claim, or an empty pull: {issue: null, ready, otherLanes, blocked, claimed, awaitingTriage}.",
         "required": ["issue"],
-        "properties": {"issue": {"oneOf": [{"type": "null"}, ref("Issue")]}, "claimToken": {"type": "string"},
-                       "ready": {"type": "integer"}, "otherLanes": {"type": "integer"}},
+        "properties": {
+            "issue": {"oneOf": [{"type": "null"}, ref("Issue")]},
+            "claimToken": {"type": "string"},
+            "ready": {"type": "integer"},
+            "otherLanes": {"type": "integer"},
+        },
     },
     "Batch": {
-        "type": "object", "description": "{issues} when peeking, {claims} when claiming.",
+        "type": "object",
+        "description": "{issues} when peeking, {claims} when claiming.",
         "properties": {"issues": {"type": "array", "items": ref("Issue")}, "claims": {"type": "array", "items": ref("Claim")}},
     },
     "IssueList": {
-        "type": "object", "required": ["issues", "nextCursor"],
+        "type": "object",
+        "required": ["issues", "nextCursor"],
         "properties": {"issues": {"type": "array", "items": ref("Issue")}, "nextCursor": _NSTR},
     },
     "Activity": {
-        "type": "object", "required": ["identifier", "activity"],
-        "properties": {"identifier": {"type": "string"}, "activity": {"type": "array", "items": {
-            "type": "object", "properties": {"seq": {"type": "integer"}, "verb": {"type": "string"}, "at": {"type": "string"},
-                                             "changes": {"type": "object"}, "hash": {"type": "string"}}}}},
+        "type": "object",
+        "required": ["identifier", "activity"],
+        "properties": {
+            "identifier": {"type": "string"},
+            "activity": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "seq": {"type": "integer"},
+                        "verb": {"type": "string"},
+                        "at": {"type": "string"},
+                        "changes": {"type": "object"},
+                        "hash": {"type": "string"},
+                    },
+                },
+            },
+        },
     },
     "Comment": _COMMENT,
     "CommentList": _list_of("comments", ref("Comment")),
     "Attachment": _ATTACHMENT,
     "AttachmentList": _list_of("attachments", ref("Attachment")),
     "Upload": {
-        "type": "object", "required": ["uploadUrl", "expiresAt"],
-        "properties": {"uploadUrl": {"type": "string"}, "expiresAt": {"type": "string"}, "attachmentId": {"type": "string"},
-                       "method": {"type": "string"}, "maxBytes": {"type": "integer"}},
+        "type": "object",
+        "required": ["uploadUrl", "expiresAt"],
+        "properties": {
+            "uploadUrl": {"type": "string"},
+            "expiresAt": {"type": "string"},
+            "attachmentId": {"type": "string"},
+            "method": {"type": "string"},
+            "maxBytes": {"type": "integer"},
+        },
     },
-    "Relation": {"type": "object", "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "type": {"type": "string"}}},
-    "Label": {"type": "object", "required": ["name", "color"], "properties": {"name": {"type": "string"}, "color": {"type": "string"}}},
+    "Relation": {
+        "type": "object",
+        "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "type": {"type": "string"}},
+    },
+    "Label": {
+        "type": "object",
+        "required": ["name", "color"],
+        "properties": {"name": {"type": "string"}, "color": {"type": "string"}},
+    },
     "LabelList": _list_of("labels", ref("Label")),
-    "Member": {"type": "object", "required": ["memberId", "email"], "properties": {
-        "memberId": {"type": "integer"}, "email": {"type": "string"}, "role": {"type": "string"}, "status": {"type": "string"}}},
+    "Member": {
+        "type": "object",
+        "required": ["memberId", "email"],
+        "properties": {
+            "memberId": {"type": "integer"},
+            "email": {"type": "string"},
+            "role": {"type": "string"},
+            "status": {"type": "string"},
+        },
+    },
     "MemberList": _list_of("members", ref("Member")),
-    "MemberStatus": {"type": "object", "required": ["memberId", "status"], "properties": {
-        "memberId": {"type": "integer"}, "email": {"type": "string"}, "status": {"type": "string"}, "keysRetired": {"type": "integer"}}},
-    "Project": {"type": "object", "required": ["prefix", "name"], "properties": {"prefix": {"type": "string"}, "name": {"type": "string"}}},
+    "MemberStatus": {
+        "type": "object",
+        "required": ["memberId", "status"],
+        "properties": {
+            "memberId": {"type": "integer"},
+            "email": {"type": "string"},
+            "status": {"type": "string"},
+            "keysRetired": {"type": "integer"},
+        },
+    },
+    "Project": {
+        "type": "object",
+        "required": ["prefix", "name"],
+        "properties": {"prefix": {"type": "string"}, "name": {"type": "string"}},
+    },
     "ProjectList": _list_of("projects", ref("Project")),
     "ConnectorList": _list_of("connectors", {"type": "object"}),
-    "SessionKey": {"type": "object", "required": ["agentKey", "label"], "properties": {
-        "agentKey": {"type": "string"}, "label": {"type": "string"}, "prefix": {"type": "string"}}},
-    "Whoami": {"type": "object", "required": ["principal", "runtime", "org"], "properties": {
-        "principal": {"type": "object"}, "runtime": {"type": "string"}, "key": {"type": ["object", "null"]},
-        "org": {"type": "object"}, "project": {"type": ["object", "null"]}}},
+    "SessionKey": {
+        "type": "object",
+        "required": ["agentKey", "label"],
+        "properties": {"agentKey": {"type": "string"}, "label": {"type": "string"}, "prefix": {"type": "string"}},
+    },
+    "Whoami": {
+        "type": "object",
+        "required": ["principal", "runtime", "org"],
+        "properties": {
+            "principal": {"type": "object"},
+            "runtime": {"type": "string"},
+            "key": {"type": ["object", "null"]},
+            "org": {"type": "object"},
+            "project": {"type": ["object", "null"]},
+        },
+    },
     "Object": {"type": "object"},
 }
 
@@ -195,8 +297,12 @@ class SessionScheme(OpenApiAuthenticationExtension):
     name = "session"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "apiKey", "in": "cookie", "name": "sessionid",
-                "description": "A signed-in session (writes need the CSRF token). `X-Retasc-Org` picks the org."}
+        return {
+            "type": "apiKey",
+            "in": "cookie",
+            "name": "sessionid",
+            "description": "A signed-in session (writes need the CSRF token). `X-Retasc-Org` picks the org.",
+        }
 
 
 def add_components(result, generator, request, public):

@@ -7,7 +7,10 @@ from apps.api.errors import api_not_found
 app_name = "api"
 
 urlpatterns = [
-    *[path(f"v1/{route}", views.build_view(name, route, methods).as_view(), name=name) for route, (name, methods) in views.ROUTES.items()],
+    *[
+        path(f"v1/{route}", views.build_view(name, route, methods).as_view(), name=name)
+        for route, (name, methods) in views.ROUTES.items()
+    ],
     path("v1/attachments/<str:attachment>/file", views.AttachmentFile.as_view(), name="AttachmentFile"),
     path("v1/uploads/<str:token>", views.Upload.as_view(), name="Upload"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

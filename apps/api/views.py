@@ -118,8 +118,12 @@ def _handler(op: Op, tag: str):
     parameters += [OpenApiParameter(name, QUERY_ARGS[name], OpenApiParameter.QUERY, required=False) for name in op.query]
     request_schema = {"application/json": body_schema(op.body, op.required)} if op.body else None
     return extend_schema(
-        operation_id=op.operation_id, summary=op.summary, parameters=parameters, request=request_schema,
-        responses={op.status: ref(op.response), **errors}, tags=[tag],
+        operation_id=op.operation_id,
+        summary=op.summary,
+        parameters=parameters,
+        request=request_schema,
+        responses={op.status: ref(op.response), **errors},
+        tags=[tag],
     )(handle)
 
 
@@ -132,92 +136,319 @@ def build_view(name: str, route: str, methods: dict[str, Op]) -> type[ApiView]:
 
 _ID = {"identifier": "identifier"}
 _ISSUE = {"identifier": "issue"}
-_SAVE = ("title", "body", "work", "blockedBy", "noDependency", "status", "assignee", "priority", "dueAt", "labels",
-         "acceptance", "evidence", "cancelReason", "parent")
+_SAVE = (
+    "title",
+    "body",
+    "work",
+    "blockedBy",
+    "noDependency",
+    "status",
+    "assignee",
+    "priority",
+    "dueAt",
+    "labels",
+    "acceptance",
+    "evidence",
+    "cancelReason",
+    "parent",
+)
 
 ROUTES: dict[str, tuple[str, dict[str, Op]]] = {
     "whoami": ("Whoami", {"get": Op("whoami", "whoami", "Who am I: principal, runtime, key, org, project.", response="Whoami")}),
-    "session-keys": ("SessionKeys", {"post": Op(
-        "mint_session_key", "mint_session_key", "Mint a per-session child key.", body=("label",), status=201, response="SessionKey")}),
-    "work/next": ("WorkNext", {"post": Op(
-        "next_issue", "next_issue", "Claim the next ready issue in your lane.", body=("allLanes",), response="NextIssue")}),
-    "work/batch": ("WorkBatch", {"post": Op(
-        "next_batch", "next_batch", "Peek at (or claim) up to n independent ready issues.", body=("n", "claim", "allLanes"),
-        response="Batch")}),
+    "session-keys": (
+        "SessionKeys",
+        {
+            "post": Op(
+                "mint_session_key",
+                "mint_session_key",
+                "Mint a per-session child key.",
+                body=("label",),
+                status=201,
+                response="SessionKey",
+            )
+        },
+    ),
+    "work/next": (
+        "WorkNext",
+        {
+            "post": Op(
+                "next_issue", "next_issue", "Claim the next ready issue in your lane.", body=("allLanes",), response="NextIssue"
+            )
+        },
+    ),
+    "work/batch": (
+        "WorkBatch",
+        {
+            "post": Op(
+                "next_batch",
+                "next_batch",
+                "Peek at (or claim) up to n independent ready issues.",
+                body=("n", "claim", "allLanes"),
+                response="Batch",
+            )
+        },
+    ),
     "queue": ("Queue", {"get": Op("queue_status", "queue_status", "Queue counts and live leases.")}),
-    "issues": ("Issues", {
-        "get": Op("list_issues", "list_issues", "List issues, newest first (cursor-paginated).",
-                  query=("status", "priority", "label", "author", "assignee", "slaState", "limit", "cursor"), response="IssueList"),
-        "post": Op("save_issue", "create_issue", "Create an issue.", body=_SAVE, required=("title", "work"), status=201,
-                   response="Issue"),
-    }),
-    "issues/<str:identifier>": ("IssueDetail", {
-        "get": Op("get_issue", "get_issue", "Read one issue.", path=_ID, response="Issue"),
-        "patch": Op("save_issue", "update_issue", "Edit an issue (only the fields given).", path=_ID,
-                    body=(*_SAVE, "claimToken"), response="Issue"),
-    }),
-    "issues/<str:identifier>/activity": ("IssueActivity", {"get": Op(
-        "get_activity", "get_activity", "The issue's receipts.", path=_ID, response="Activity")}),
-    "issues/<str:identifier>/claim": ("IssueClaim", {
-        "get": Op("check_claim", "check_claim", "Is my claim on this issue still live?", path=_ID),
-        "post": Op("claim_issue", "claim_issue", "Claim this issue (or rebind your live token).", path=_ID,
-                   body=("claimToken",), response="Claim"),
-    }),
-    "issues/<str:identifier>/heartbeat": ("IssueHeartbeat", {"post": Op(
-        "heartbeat", "heartbeat", "Renew the lease.", path=_ID, body=("claimToken",), required=("claimToken",))}),
-    "issues/<str:identifier>/checkpoint": ("IssueCheckpoint", {"post": Op(
-        "checkpoint", "checkpoint", "Write a handoff note (renews the lease).", path=_ID, body=("note", "claimToken"),
-        required=("note", "claimToken"))}),
-    "issues/<str:identifier>/release": ("IssueRelease", {"post": Op(
-        "release_issue", "release_issue", "Release the claim.", path=_ID, body=("claimToken", "note"), required=("claimToken",))}),
-    "issues/<str:identifier>/comments": ("IssueComments", {
-        "get": Op("list_comments", "list_comments", "The issue's comments.", path=_ISSUE, response="CommentList"),
-        "post": Op("save_comment", "save_comment", "Comment on the issue.", path=_ISSUE, body=("body",), required=("body",),
-                   status=201, response="Comment"),
-    }),
-    "comments/<str:comment>/retract": ("CommentRetract", {"post": Op(
-        "retract_comment", "retract_comment", "Strike a comment through with a reason.", path={"comment": "comment"},
-        body=("note",), required=("note",), response="Comment")}),
-    "issues/<str:identifier>/relations": ("IssueRelations", {"post": Op(
-        "add_relation", "add_relation", "Add a relation from this issue.", path={"identifier": "sourceId"},
-        body=("targetId", "type"), required=("targetId", "type"), response="Relation")}),
-    "issues/<str:identifier>/relations/<str:type>/<str:target>": ("IssueRelationDetail", {"delete": Op(
-        "remove_relation", "remove_relation", "Remove a relation from this issue.",
-        path={"identifier": "sourceId", "type": "type", "target": "targetId"}, response="Relation")}),
-    "issues/<str:identifier>/attachments": ("IssueAttachments", {
-        "get": Op("list_attachments", "list_attachments", "The issue's attachments.", path=_ISSUE, response="AttachmentList"),
-        "post": Op("save_attachment", "save_attachment", "Attach a URL.", path=_ISSUE, body=("url", "title"), required=("url",),
-                   status=201, response="Attachment"),
-    }),
-    "issues/<str:identifier>/attachments/upload": ("IssueAttachmentUpload", {"post": Op(
-        "prepare_attachment_upload", "prepare_attachment_upload", "A one-time URL to PUT a file to.", path=_ISSUE,
-        response="Upload")}),
-    "attachments/<str:attachment>": ("AttachmentDetail", {"get": Op(
-        "get_attachment", "get_attachment", "Read one attachment.", path={"attachment": "attachment"}, response="Attachment")}),
-    "attachments/<str:attachment>/obsolete": ("AttachmentObsolete", {"post": Op(
-        "obsolete_attachment", "obsolete_attachment", "Mark an attachment obsolete.", path={"attachment": "attachment"},
-        body=("reason",), required=("reason",), response="Attachment")}),
-    "labels": ("Labels", {
-        "get": Op("list_labels", "list_labels", "The org's labels.", response="LabelList"),
-        "post": Op("save_label", "save_label", "Create or recolor a label.", body=("name", "color"), required=("name",),
-                   response="Label"),
-    }),
+    "issues": (
+        "Issues",
+        {
+            "get": Op(
+                "list_issues",
+                "list_issues",
+                "List issues, newest first (cursor-paginated).",
+                query=("status", "priority", "label", "author", "assignee", "slaState", "limit", "cursor"),
+                response="IssueList",
+            ),
+            "post": Op(
+                "save_issue",
+                "create_issue",
+                "Create an issue.",
+                body=_SAVE,
+                required=("title", "work"),
+                status=201,
+                response="Issue",
+            ),
+        },
+    ),
+    "issues/<str:identifier>": (
+        "IssueDetail",
+        {
+            "get": Op("get_issue", "get_issue", "Read one issue.", path=_ID, response="Issue"),
+            "patch": Op(
+                "save_issue",
+                "update_issue",
+                "Edit an issue (only the fields given).",
+                path=_ID,
+                body=(*_SAVE, "claimToken"),
+                response="Issue",
+            ),
+        },
+    ),
+    "issues/<str:identifier>/activity": (
+        "IssueActivity",
+        {"get": Op("get_activity", "get_activity", "The issue's receipts.", path=_ID, response="Activity")},
+    ),
+    "issues/<str:identifier>/claim": (
+        "IssueClaim",
+        {
+            "get": Op("check_claim", "check_claim", "Is my claim on this issue still live?", path=_ID),
+            "post": Op(
+                "claim_issue",
+                "claim_issue",
+                "Claim this issue (or rebind your live token).",
+                path=_ID,
+                body=("claimToken",),
+                response="Claim",
+            ),
+        },
+    ),
+    "issues/<str:identifier>/heartbeat": (
+        "IssueHeartbeat",
+        {"post": Op("heartbeat", "heartbeat", "Renew the lease.", path=_ID, body=("claimToken",), required=("claimToken",))},
+    ),
+    "issues/<str:identifier>/checkpoint": (
+        "IssueCheckpoint",
+        {
+            "post": Op(
+                "checkpoint",
+                "checkpoint",
+                "Write a handoff note (renews the lease).",
+                path=_ID,
+                body=("note", "claimToken"),
+                required=("note", "claimToken"),
+            )
+        },
+    ),
+    "issues/<str:identifier>/release": (
+        "IssueRelease",
+        {
+            "post": Op(
+                "release_issue",
+                "release_issue",
+                "Release the claim.",
+                path=_ID,
+                body=("claimToken", "note"),
+                required=("claimToken",),
+            )
+        },
+    ),
+    "issues/<str:identifier>/comments": (
+        "IssueComments",
+        {
+            "get": Op("list_comments", "list_comments", "The issue's comments.", path=_ISSUE, response="CommentList"),
+            "post": Op(
+                "save_comment",
+                "save_comment",
+                "Comment on the issue.",
+                path=_ISSUE,
+                body=("body",),
+                required=("body",),
+                status=201,
+                response="Comment",
+            ),
+        },
+    ),
+    "comments/<str:comment>/retract": (
+        "CommentRetract",
+        {
+            "post": Op(
+                "retract_comment",
+                "retract_comment",
+                "Strike a comment through with a reason.",
+                path={"comment": "comment"},
+                body=("note",),
+                required=("note",),
+                response="Comment",
+            )
+        },
+    ),
+    "issues/<str:identifier>/relations": (
+        "IssueRelations",
+        {
+            "post": Op(
+                "add_relation",
+                "add_relation",
+                "Add a relation from this issue.",
+                path={"identifier": "sourceId"},
+                body=("targetId", "type"),
+                required=("targetId", "type"),
+                response="Relation",
+            )
+        },
+    ),
+    "issues/<str:identifier>/relations/<str:type>/<str:target>": (
+        "IssueRelationDetail",
+        {
+            "delete": Op(
+                "remove_relation",
+                "remove_relation",
+                "Remove a relation from this issue.",
+                path={"identifier": "sourceId", "type": "type", "target": "targetId"},
+                response="Relation",
+            )
+        },
+    ),
+    "issues/<str:identifier>/attachments": (
+        "IssueAttachments",
+        {
+            "get": Op("list_attachments", "list_attachments", "The issue's attachments.", path=_ISSUE, response="AttachmentList"),
+            "post": Op(
+                "save_attachment",
+                "save_attachment",
+                "Attach a URL.",
+                path=_ISSUE,
+                body=("url", "title"),
+                required=("url",),
+                status=201,
+                response="Attachment",
+            ),
+        },
+    ),
+    "issues/<str:identifier>/attachments/upload": (
+        "IssueAttachmentUpload",
+        {
+            "post": Op(
+                "prepare_attachment_upload",
+                "prepare_attachment_upload",
+                "A one-time URL to PUT a file to.",
+                path=_ISSUE,
+                response="Upload",
+            )
+        },
+    ),
+    "attachments/<str:attachment>": (
+        "AttachmentDetail",
+        {
+            "get": Op(
+                "get_attachment",
+                "get_attachment",
+                "Read one attachment.",
+                path={"attachment": "attachment"},
+                response="Attachment",
+            )
+        },
+    ),
+    "attachments/<str:attachment>/obsolete": (
+        "AttachmentObsolete",
+        {
+            "post": Op(
+                "obsolete_attachment",
+                "obsolete_attachment",
+                "Mark an attachment obsolete.",
+                path={"attachment": "attachment"},
+                body=("reason",),
+                required=("reason",),
+                response="Attachment",
+            )
+        },
+    ),
+    "labels": (
+        "Labels",
+        {
+            "get": Op("list_labels", "list_labels", "The org's labels.", response="LabelList"),
+            "post": Op(
+                "save_label",
+                "save_label",
+                "Create or recolor a label.",
+                body=("name", "color"),
+                required=("name",),
+                response="Label",
+            ),
+        },
+    ),
     "projects": ("Projects", {"get": Op("list_projects", "list_projects", "The org's projects.", response="ProjectList")}),
-    "projects/<str:prefix>": ("ProjectDetail", {"get": Op(
-        "get_project", "get_project", "One project with its counts.", path={"prefix": "prefix"}, response="Project")}),
-    "members": ("Members", {"get": Op(
-        "list_members", "list_members", "The org's members.", query=("query",), response="MemberList")}),
-    "members/<str:member>/suspend": ("MemberSuspend", {"post": Op(
-        "suspend_member", "suspend_member", "Suspend a member (retires their keys).", path={"member": "memberId"},
-        response="MemberStatus")}),
-    "members/<str:member>/reactivate": ("MemberReactivate", {"post": Op(
-        "reactivate_member", "reactivate_member", "Reactivate a member.", path={"member": "memberId"}, response="MemberStatus")}),
-    "members/<str:member>/retire": ("MemberRetire", {"post": Op(
-        "retire_member", "retire_member", "Retire a member for good (retires their keys).", path={"member": "memberId"},
-        response="MemberStatus")}),
-    "connectors": ("Connectors", {"get": Op("list_connectors", "list_connectors", "Intake connectors.", response="ConnectorList")}),
-    "connectors/<str:connector>/revoke": ("ConnectorRevoke", {"post": Op(
-        "revoke_connector", "revoke_connector", "Revoke a connector.", path={"connector": "connectorId"})}),
+    "projects/<str:prefix>": (
+        "ProjectDetail",
+        {"get": Op("get_project", "get_project", "One project with its counts.", path={"prefix": "prefix"}, response="Project")},
+    ),
+    "members": (
+        "Members",
+        {"get": Op("list_members", "list_members", "The org's members.", query=("query",), response="MemberList")},
+    ),
+    "members/<str:member>/suspend": (
+        "MemberSuspend",
+        {
+            "post": Op(
+                "suspend_member",
+                "suspend_member",
+                "Suspend a member (retires their keys).",
+                path={"member": "memberId"},
+                response="MemberStatus",
+            )
+        },
+    ),
+    "members/<str:member>/reactivate": (
+        "MemberReactivate",
+        {
+            "post": Op(
+                "reactivate_member",
+                "reactivate_member",
+                "Reactivate a member.",
+                path={"member": "memberId"},
+                response="MemberStatus",
+            )
+        },
+    ),
+    "members/<str:member>/retire": (
+        "MemberRetire",
+        {
+            "post": Op(
+                "retire_member",
+                "retire_member",
+                "Retire a member for good (retires their keys).",
+                path={"member": "memberId"},
+                response="MemberStatus",
+            )
+        },
+    ),
+    "connectors": (
+        "Connectors",
+        {"get": Op("list_connectors", "list_connectors", "Intake connectors.", response="ConnectorList")},
+    ),
+    "connectors/<str:connector>/revoke": (
+        "ConnectorRevoke",
+        {"post": Op("revoke_connector", "revoke_connector", "Revoke a connector.", path={"connector": "connectorId"})},
+    ),
     "usage": ("Usage", {"get": Op("usage_summary", "usage_summary", "Metered usage.")}),
     "billing": ("Billing", {"get": Op("billing_summary", "billing_summary", "Balance, caps and recent charges.")}),
 }
@@ -225,11 +456,14 @@ ROUTES: dict[str, tuple[str, dict[str, Op]]] = {
 
 # --- files ----------------------------------------------------------------------------
 
+
 class AttachmentFile(ApiView):
     """Download an uploaded attachment's file (decrypted), for members of its org."""
 
     @extend_schema(
-        operation_id="download_attachment", summary="Download an uploaded file.", tags=["attachments"],
+        operation_id="download_attachment",
+        summary="Download an uploaded file.",
+        tags=["attachments"],
         parameters=[OpenApiParameter("attachment", OpenApiTypes.STR, OpenApiParameter.PATH)],
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 401: ref("Error"), 404: ref("Error")},
     )
@@ -258,9 +492,14 @@ class Upload(APIView):
     content_negotiation_class = FirstRenderer
 
     @extend_schema(
-        operation_id="upload_attachment_file", summary="Upload a file to a one-time URL.", tags=["uploads"], auth=[],
-        parameters=[OpenApiParameter("token", OpenApiTypes.STR, OpenApiParameter.PATH),
-                    OpenApiParameter("filename", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False)],
+        operation_id="upload_attachment_file",
+        summary="Upload a file to a one-time URL.",
+        tags=["uploads"],
+        auth=[],
+        parameters=[
+            OpenApiParameter("token", OpenApiTypes.STR, OpenApiParameter.PATH),
+            OpenApiParameter("filename", OpenApiTypes.STR, OpenApiParameter.QUERY, required=False),
+        ],
         request={"application/octet-stream": OpenApiTypes.BINARY},
         responses={201: ref("Attachment"), 401: ref("Error"), 409: ref("Error"), 413: ref("Error")},
     )
@@ -276,7 +515,9 @@ class Upload(APIView):
             raise ServiceError("TOO_LARGE", f"A file may be at most {limit} bytes.", maxBytes=limit)
         content = request._request.read(limit + 1)  # not .body: DATA_UPLOAD_MAX_MEMORY_SIZE is for forms
         att = attachment_upload_store(
-            token=token, content=content, content_type=request.content_type or "",
+            token=token,
+            content=content,
+            content_type=request.content_type or "",
             filename=request.query_params.get("filename", ""),
         )
         return Response(attachment_shape(att), status=201)

@@ -39,3 +39,6 @@ class LedgerEntry(models.Model):
     class Meta:
         indexes = [models.Index(fields=["org", "created_at"], name="ledger_org_time")]
         verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.amount_micros} µ$ ({self.org_id})"

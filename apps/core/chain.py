@@ -61,17 +61,28 @@ def verify_org(org) -> Break | None:
         rows = (
             Activity.objects.filter(org_id=org.pk, seq__gte=expected_seq)
             .order_by("seq")
-            .values_list("seq", "issue_id", "principal_id", "key_id", "runtime", "verb", "created_at", "changes_enc", "prev_hash", "hash")
+            .values_list(
+                "seq", "issue_id", "principal_id", "key_id", "runtime", "verb", "created_at", "changes_enc", "prev_hash", "hash"
+            )
             .iterator(chunk_size=2000)
         )
         for seq, issue_id, principal_id, key_id, runtime, verb, created_at, changes_enc, prev_hash, stored_hash in rows:
             if seq != expected_seq:
-                return Break(org.slug, expected_seq, f"expected seq {expected_seq}, found {seq} (an entry is missing or inserted)")
+                return Break(
+                    org.slug, expected_seq, f"expected seq {expected_seq}, found {seq} (an entry is missing or inserted)"
+                )
             if prev_hash != prev:
                 return Break(org.slug, seq, "prevHash does not match the previous entry's hash (reordered or replaced)")
             payload = canonical(
-                org_id=org.pk, seq=seq, issue_id=issue_id, principal_id=principal_id, key_id=key_id,
-                runtime=runtime, verb=verb, created_at=created_at, changes_enc=changes_enc,
+                org_id=org.pk,
+                seq=seq,
+                issue_id=issue_id,
+                principal_id=principal_id,
+                key_id=key_id,
+                runtime=runtime,
+                verb=verb,
+                created_at=created_at,
+                changes_enc=changes_enc,
             )
             if link_hash(prev_hash, payload) != stored_hash:
                 return Break(org.slug, seq, "hash does not match the entry's content (edited)")

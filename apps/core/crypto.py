@@ -67,7 +67,7 @@ def _decode_key(text: str, position: int) -> bytes:
     if len(raw) != KEY_BYTES:
         raise CryptoConfigError(
             f"RETASC_MASTER_KEY entry {position} is not a base64 encoding of 32 bytes "
-            "(generate one with: python -c \"import base64,os;print(base64.urlsafe_b64encode(os.urandom(32)).decode())\")."
+            '(generate one with: python -c "import base64,os;print(base64.urlsafe_b64encode(os.urandom(32)).decode())").'
         )
     return raw
 

@@ -81,9 +81,7 @@ def data_key(org_ref: str) -> bytes:
     try:
         wrapped = _path(org_ref).read_bytes()
     except FileNotFoundError:
-        raise crypto.IntegrityError(
-            f"org {org_ref} has no data key (it was deleted, or the key store is missing)"
-        ) from None
+        raise crypto.IntegrityError(f"org {org_ref} has no data key (it was deleted, or the key store is missing)") from None
     key = ring().unwrap(wrapped, org_ref=org_ref)
     with _lock:
         _cache[org_ref] = key

@@ -29,9 +29,7 @@ class Sealed(property):
 
     def _aad(self, instance) -> bytes:
         table = instance._meta.db_table
-        return crypto.aad(
-            str(getattr(instance, self.org_attr)), table, self.name, str(getattr(instance, self.row_attr))
-        )
+        return crypto.aad(str(getattr(instance, self.org_attr)), table, self.name, str(getattr(instance, self.row_attr)))
 
     def __get__(self, instance, owner=None):
         if instance is None:

@@ -125,15 +125,31 @@ def _flush(unit: Unit) -> None:
     for entry in unit.entries:
         seq += 1
         row = Activity(
-            org_id=org.pk, seq=seq, issue_id=entry.issue_id, principal_id=actor.principal_id,
-            key_id=actor.key_id, runtime=actor.runtime, verb=entry.verb, created_at=now, prev_hash=head,
+            org_id=org.pk,
+            seq=seq,
+            issue_id=entry.issue_id,
+            principal_id=actor.principal_id,
+            key_id=actor.key_id,
+            runtime=actor.runtime,
+            verb=entry.verb,
+            created_at=now,
+            prev_hash=head,
         )
         row.changes = entry.changes
-        row.hash = chain.link_hash(head, chain.canonical(
-            org_id=org.pk, seq=seq, issue_id=entry.issue_id, principal_id=actor.principal_id,
-            key_id=actor.key_id, runtime=actor.runtime, verb=entry.verb, created_at=now,
-            changes_enc=row.changes_enc,
-        ))
+        row.hash = chain.link_hash(
+            head,
+            chain.canonical(
+                org_id=org.pk,
+                seq=seq,
+                issue_id=entry.issue_id,
+                principal_id=actor.principal_id,
+                key_id=actor.key_id,
+                runtime=actor.runtime,
+                verb=entry.verb,
+                created_at=now,
+                changes_enc=row.changes_enc,
+            ),
+        )
         head = row.hash
         rows.append(row)
     updates = {"activity_seq": seq, "chain_head": head}
@@ -150,8 +166,13 @@ def _flush(unit: Unit) -> None:
         balance = org.balance_micros - amount
         updates.update(balance_micros=balance, spend_month=month, spend_month_micros=spent)
         LedgerEntry.objects.create(
-            org_id=org.pk, key=actor.key, principal_id=actor.principal_id, action=unit.action.removeprefix("read:"),
-            tier=tier, amount_micros=-amount, balance_after_micros=balance,
+            org_id=org.pk,
+            key=actor.key,
+            principal_id=actor.principal_id,
+            action=unit.action.removeprefix("read:"),
+            tier=tier,
+            amount_micros=-amount,
+            balance_after_micros=balance,
         )
     Org.objects.filter(pk=org.pk).update(**updates)
     if rows:
@@ -185,10 +206,7 @@ def _after_commit(unit: Unit) -> None:
 
         # Live events carry no content (titles stay encrypted at rest and out of the
         # channel layer): the Dash re-reads what it shows.
-        payload = [
-            {"verb": e.verb, "issue": e.identifier, "runtime": unit.actor.runtime}
-            for e in unit.entries
-        ]
+        payload = [{"verb": e.verb, "issue": e.identifier, "runtime": unit.actor.runtime} for e in unit.entries]
         transaction.on_commit(functools.partial(events.publish, unit.actor.org.pk, payload))
     for fn in unit.after:
         # An effect must never fail the action that already committed.

@@ -25,19 +25,49 @@ def reveal_content(modeladmin, request, queryset):
             for issue in org_issues:
                 unit.record("content_revealed", issue=issue, changes={"revealedTo": [None, request.user.get_username()]})
     rows = [{"issue": i, "title": i.title, "body": i.body or "", "acceptance": i.acceptance or []} for i in issues]
-    context = {**modeladmin.admin_site.each_context(request), "title": "Revealed content", "rows": rows, "opts": modeladmin.model._meta}
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Revealed content",
+        "rows": rows,
+        "opts": modeladmin.model._meta,
+    }
     return TemplateResponse(request, "admin/issues/reveal_content.html", context)
 
 
 @admin.register(Issue)
 class IssueAdmin(admin.ModelAdmin):
     actions = [reveal_content]
-    list_display = ["__str__", "org", "status", "priority", "effective_rank", "work", "assignee", "lease_expires_at", "reclaim_count", "created_at"]
+    list_display = [
+        "__str__",
+        "org",
+        "status",
+        "priority",
+        "effective_rank",
+        "work",
+        "assignee",
+        "lease_expires_at",
+        "reclaim_count",
+        "created_at",
+    ]
     list_filter = ["status", "work", "priority", "awaiting_triage", "source"]
     search_fields = ["org__slug", "project__prefix", "source_ref"]
     list_select_related = ["project", "org", "assignee"]
     exclude = _SEALED
-    readonly_fields = ["id", "base_rank", "effective_rank", "dispatch_rank", "sla_next_at", "lease_claim_id", "lease_principal_id", "lease_expires_at", "reclaim_count", "created_at", "updated_at", "closed_at", "checkpoint"]
+    readonly_fields = [
+        "id",
+        "base_rank",
+        "effective_rank",
+        "dispatch_rank",
+        "sla_next_at",
+        "lease_claim_id",
+        "lease_principal_id",
+        "lease_expires_at",
+        "reclaim_count",
+        "created_at",
+        "updated_at",
+        "closed_at",
+        "checkpoint",
+    ]
     raw_id_fields = ["org", "project", "assignee", "author", "author_key", "submitted_by", "parent"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from datetime import date, datetime, time, timedelta, timezone as dt_timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -16,7 +16,7 @@ MAX_BODY = 200_000
 MAX_ITEMS = 50
 _HEX = re.compile(r"^#[0-9a-fA-F]{6}$")
 # Deadlines outside this window are mistakes, not plans.
-_EARLIEST = datetime(2000, 1, 1, tzinfo=dt_timezone.utc)
+_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 _HORIZON = timedelta(days=366 * 50)
 
 
@@ -70,7 +70,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         if millis < 0:
             raise invalid("dueAt", "dueAt must not be negative.")
         try:
-            parsed = datetime.fromtimestamp(millis / 1000, tz=dt_timezone.utc)
+            parsed = datetime.fromtimestamp(millis / 1000, tz=UTC)
         except (OverflowError, OSError, ValueError):
             raise invalid("dueAt", "dueAt is out of range.") from None
     elif isinstance(value, str):
@@ -101,7 +101,7 @@ def _end_of_day(day: date, tz: str) -> datetime:
 
 
 def _in_window(moment: datetime) -> datetime:
-    moment = moment.astimezone(dt_timezone.utc)
+    moment = moment.astimezone(UTC)
     if moment < _EARLIEST or moment > timezone.now() + _HORIZON:
         raise invalid("dueAt", "dueAt must be between the year 2000 and 50 years from now.")
     return moment

@@ -80,9 +80,7 @@ class Issue(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
     labels = models.ManyToManyField(Label, blank=True, related_name="issues")
     awaiting_triage = models.BooleanField(default=False)
-    checkpoint = models.ForeignKey(
-        "issues.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    checkpoint = models.ForeignKey("issues.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     reclaim_count = models.PositiveIntegerField(default=0)
     source = models.CharField(max_length=20, default="agent")
     source_ref = models.CharField(max_length=255, blank=True)
@@ -167,6 +165,9 @@ class Checkpoint(models.Model):
     claim_id = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
+    def __str__(self) -> str:
+        return f"checkpoint {self.pk} on {self.issue_id}"
+
 
 class Comment(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -185,6 +186,9 @@ class Comment(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["issue", "created_at"], name="comment_issue")]
+
+    def __str__(self) -> str:
+        return f"comment {self.pk} on {self.issue_id}"
 
 
 class Attachment(models.Model):
@@ -206,6 +210,9 @@ class Attachment(models.Model):
     file = Sealed(kind="bytes")
     file_size = models.PositiveIntegerField(null=True, blank=True)
     content_type = models.CharField(max_length=120, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"attachment {self.pk} on {self.issue_id}"
 
 
 class ActivityQuerySet(models.QuerySet):
@@ -241,6 +248,9 @@ class Activity(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org", "seq"], name="activity_seq_unique")]
         indexes = [models.Index(fields=["issue", "seq"], name="activity_issue")]
+
+    def __str__(self) -> str:
+        return f"receipt {self.seq} ({self.verb})"
 
     def save(self, *args, **kwargs):
         if not self._state.adding:

@@ -84,24 +84,31 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
         # several of the same rows in another order (tests/core/test_race_chain.py).
         list(Issue.objects.filter(pk__in=affected).order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
         # 1. Own inputs of the dirty issues -> base rank and next SLA escalation time.
-        for row in Issue.objects.filter(pk__in=dirty).values("id", "priority", "status", "created_at", "due_at", "base_rank", "sla_next_at"):
-            rank, next_at = base_rank(priority=row["priority"], status=row["status"], created_at=row["created_at"], due_at=row["due_at"], now=now)
+        for row in Issue.objects.filter(pk__in=dirty).values(
+            "id", "priority", "status", "created_at", "due_at", "base_rank", "sla_next_at"
+        ):
+            rank, next_at = base_rank(
+                priority=row["priority"], status=row["status"], created_at=row["created_at"], due_at=row["due_at"], now=now
+            )
             if rank != row["base_rank"] or next_at != row["sla_next_at"]:
                 Issue.objects.filter(pk=row["id"]).update(base_rank=rank, sla_next_at=next_at)
         # 2. Effective ranks over the affected set, children before parents.
         nodes = {
             row[0]: row[1:]
-            for row in Issue.objects.filter(pk__in=affected).values_list("id", "base_rank", "status", "effective_rank", "dispatch_rank")
+            for row in Issue.objects.filter(pk__in=affected).values_list(
+                "id", "base_rank", "status", "effective_rank", "dispatch_rank"
+            )
         }
         kids = defaultdict(list)
         outside = set()
-        for source, target in Relation.objects.filter(source_id__in=affected, type=Relation.Type.BLOCKS).values_list("source_id", "target_id"):
+        for source, target in Relation.objects.filter(source_id__in=affected, type=Relation.Type.BLOCKS).values_list(
+            "source_id", "target_id"
+        ):
             kids[source].append(target)
             if target not in nodes:
                 outside.add(target)
         fixed = {
-            row[0]: (row[1], row[2])
-            for row in Issue.objects.filter(pk__in=outside).values_list("id", "effective_rank", "status")
+            row[0]: (row[1], row[2]) for row in Issue.objects.filter(pk__in=outside).values_list("id", "effective_rank", "status")
         }
         eff: dict = {}
         for node in _postorder(nodes, kids):

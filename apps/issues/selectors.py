@@ -33,7 +33,11 @@ def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue
         # A renamed project's old prefix still resolves (OLD-12 -> NEW-12).
         from apps.orgs.models import ProjectAlias
 
-        alias = ProjectAlias.objects.filter(org_id=actor.org.pk, prefix=match.group(1).upper()).values_list("project_id", flat=True).first()
+        alias = (
+            ProjectAlias.objects.filter(org_id=actor.org.pk, prefix=match.group(1).upper())
+            .values_list("project_id", flat=True)
+            .first()
+        )
         if alias is not None:
             qs = Issue.objects.select_related("project").filter(org_id=actor.org.pk, project_id=alias, number=int(match.group(2)))
             if lock:
@@ -87,6 +91,7 @@ def sla_of(issue: Issue, now=None):
 
 # --- listing -------------------------------------------------------------------------
 
+
 def _cursor_decode(cursor: str | None):
     if not cursor:
         return None
@@ -102,8 +107,17 @@ def _cursor_encode(issue: Issue) -> str:
 
 
 def issue_list(
-    *, actor: Actor, status=None, priority=None, label=None, author=None, assignee=None,
-    sla_state=None, project=None, limit=50, cursor=None,
+    *,
+    actor: Actor,
+    status=None,
+    priority=None,
+    label=None,
+    author=None,
+    assignee=None,
+    sla_state=None,
+    project=None,
+    limit=50,
+    cursor=None,
 ) -> tuple[list[Issue], str | None]:
     """Newest first, cursor-paginated. Filters take one value or a list."""
     try:

@@ -26,6 +26,7 @@ UNSET = object()
 
 # --- helpers --------------------------------------------------------------------------
 
+
 def _labels(*, actor: Actor, names) -> list[Label]:
     names = inputs.string_list(names, "labels", item_limit=60)
     found = []
@@ -79,7 +80,8 @@ def _edge_blocks(*, actor: Actor, source: Issue, target: Issue, unit) -> bool:
         return False
     if _would_cycle(source=source, target=target):
         raise ServiceError(
-            "CYCLE", f"{source.identifier} blocks {target.identifier} would close a cycle: "
+            "CYCLE",
+            f"{source.identifier} blocks {target.identifier} would close a cycle: "
             f"{target.identifier} already blocks {source.identifier}.",
         )
     Relation.objects.create(org_id=actor.org.pk, source=source, target=target, type=Relation.Type.BLOCKS)
@@ -101,13 +103,34 @@ def _value(issue: Issue, field: str):
 
 
 _ATTR = {
-    "title": "title", "body": "body", "status": "status", "priority": "priority", "work": "work",
-    "acceptance": "acceptance", "evidence": "evidence", "cancelReason": "cancel_reason",
-    "awaitingTriage": "awaiting_triage", "reclaimCount": "reclaim_count", "noDependency": "no_dependency",
+    "title": "title",
+    "body": "body",
+    "status": "status",
+    "priority": "priority",
+    "work": "work",
+    "acceptance": "acceptance",
+    "evidence": "evidence",
+    "cancelReason": "cancel_reason",
+    "awaitingTriage": "awaiting_triage",
+    "reclaimCount": "reclaim_count",
+    "noDependency": "no_dependency",
 }
 FOLDED_FIELDS = (
-    "title", "body", "status", "priority", "work", "dueAt", "assignee", "labels", "acceptance",
-    "evidence", "cancelReason", "parent", "awaitingTriage", "checkpoint", "reclaimCount",
+    "title",
+    "body",
+    "status",
+    "priority",
+    "work",
+    "dueAt",
+    "assignee",
+    "labels",
+    "acceptance",
+    "evidence",
+    "cancelReason",
+    "parent",
+    "awaitingTriage",
+    "checkpoint",
+    "reclaimCount",
 )
 
 
@@ -130,10 +153,26 @@ def fold(entries) -> dict:
 
 # --- create ---------------------------------------------------------------------------
 
+
 def issue_create(
-    *, actor: Actor, title, work, body=None, blocked_by=None, no_dependency=None, status=None,
-    assignee=None, priority=None, due_at=None, labels=None, acceptance=None, parent=None,
-    project: str | None = None, awaiting_triage: bool = False, source: str = "agent", source_ref: str = "",
+    *,
+    actor: Actor,
+    title,
+    work,
+    body=None,
+    blocked_by=None,
+    no_dependency=None,
+    status=None,
+    assignee=None,
+    priority=None,
+    due_at=None,
+    labels=None,
+    acceptance=None,
+    parent=None,
+    project: str | None = None,
+    awaiting_triage: bool = False,
+    source: str = "agent",
+    source_ref: str = "",
 ) -> Issue:
     """Create an issue. ``blockedBy`` or ``noDependency`` is required (SPEC §3)."""
     title = inputs.text(title, "title", required=True, limit=inputs.MAX_TITLE, one_line=True)
@@ -142,9 +181,7 @@ def issue_create(
     work = inputs.boolean(work, "work")
     body = inputs.text(body, "body")
     if blocked_by in (None, []) and not (isinstance(no_dependency, str) and no_dependency.strip()):
-        raise invalid(
-            "blockedBy", "Say what this depends on: blockedBy (identifiers) or noDependency (a one-line reason)."
-        )
+        raise invalid("blockedBy", "Say what this depends on: blockedBy (identifiers) or noDependency (a one-line reason).")
     no_dependency = inputs.text(no_dependency, "noDependency", limit=300, one_line=True)
     status = status or Status.TODO
     if status not in (Status.TODO, Status.BLOCKED):
@@ -166,10 +203,23 @@ def issue_create(
         number = Project.objects.values_list("issue_seq", flat=True).get(pk=target_project.pk)
         now = timezone.now()
         issue = Issue(
-            org_id=actor.org.pk, project=target_project, number=number, work=work, status=status,
-            priority=priority, due_at=due, assignee_id=assignee_id, author_id=actor.principal_id,
-            author_key=actor.key, parent=parent_issue, awaiting_triage=awaiting_triage, source=source,
-            source_ref=source_ref[:255], created_at=now, updated_at=now, rank_dirty=True,
+            org_id=actor.org.pk,
+            project=target_project,
+            number=number,
+            work=work,
+            status=status,
+            priority=priority,
+            due_at=due,
+            assignee_id=assignee_id,
+            author_id=actor.principal_id,
+            author_key=actor.key,
+            parent=parent_issue,
+            awaiting_triage=awaiting_triage,
+            source=source,
+            source_ref=source_ref[:255],
+            created_at=now,
+            updated_at=now,
+            rank_dirty=True,
         )
         issue.title = title
         issue.body = body
@@ -193,10 +243,26 @@ def issue_create(
 
 # --- update ---------------------------------------------------------------------------
 
+
 def issue_update(
-    *, actor: Actor, identifier: str, claim_token: str | None = None, title=UNSET, body=UNSET, work=UNSET,
-    blocked_by=UNSET, no_dependency=UNSET, status=UNSET, assignee=UNSET, priority=UNSET, due_at=UNSET,
-    labels=UNSET, acceptance=UNSET, evidence=UNSET, cancel_reason=UNSET, parent=UNSET,
+    *,
+    actor: Actor,
+    identifier: str,
+    claim_token: str | None = None,
+    title=UNSET,
+    body=UNSET,
+    work=UNSET,
+    blocked_by=UNSET,
+    no_dependency=UNSET,
+    status=UNSET,
+    assignee=UNSET,
+    priority=UNSET,
+    due_at=UNSET,
+    labels=UNSET,
+    acceptance=UNSET,
+    evidence=UNSET,
+    cancel_reason=UNSET,
+    parent=UNSET,
     awaiting_triage=UNSET,
 ) -> Issue:
     """Edit fields and/or move status. Writes to a held issue need its claim token."""
@@ -245,15 +311,23 @@ def issue_update(
                 diff[field] = [before, after]
                 update_fields.add(attr if not attr.endswith("_id") else attr)
 
-        for field, attr in (("title", "title"), ("body", "body"), ("work", "work"), ("priority", "priority"),
-                            ("acceptance", "acceptance"), ("cancelReason", "cancel_reason"),
-                            ("noDependency", "no_dependency"), ("awaitingTriage", "awaiting_triage")):
+        for field, attr in (
+            ("title", "title"),
+            ("body", "body"),
+            ("work", "work"),
+            ("priority", "priority"),
+            ("acceptance", "acceptance"),
+            ("cancelReason", "cancel_reason"),
+            ("noDependency", "no_dependency"),
+            ("awaitingTriage", "awaiting_triage"),
+        ):
             if field in parsed:
                 put(field, attr, parsed[field])
         if diff.get("awaitingTriage") == [True, False] and actor.is_agent:
             # Quarantine of external intake ends only by a human's sign-off (SPEC §3).
             raise ServiceError(
-                "FORBIDDEN", "Only a person can sign off an issue awaiting triage.",
+                "FORBIDDEN",
+                "Only a person can sign off an issue awaiting triage.",
                 tell_human=f"Triage {issue.identifier} in the Dash.",
             )
         if "dueAt" in parsed:
@@ -277,15 +351,29 @@ def issue_update(
                 issue.labels.set(new_labels)
                 diff["labels"] = [before, after]
         if blocked_by is not UNSET and blocked_by:
-            added = [b.identifier for b in _blockers(actor=actor, identifiers=blocked_by)
-                     if _edge_blocks(actor=actor, source=b, target=issue, unit=unit)]
+            added = [
+                b.identifier
+                for b in _blockers(actor=actor, identifiers=blocked_by)
+                if _edge_blocks(actor=actor, source=b, target=issue, unit=unit)
+            ]
             if added:
                 diff["blockedBy+"] = [None, added]
         verb = "updated"
         if status is not UNSET and status != issue.status:
             verb = _transition(issue=issue, new=status, actor=actor, claim=claim, now=now, diff=diff, unit=unit)
-            update_fields.update({"status", "closed_at", "checkpoint", "submitted_by", "review_requested_at",
-                                  "lease_claim_id", "lease_principal_id", "lease_expires_at", "cancel_reason_enc"})
+            update_fields.update(
+                {
+                    "status",
+                    "closed_at",
+                    "checkpoint",
+                    "submitted_by",
+                    "review_requested_at",
+                    "lease_claim_id",
+                    "lease_principal_id",
+                    "lease_expires_at",
+                    "cancel_reason_enc",
+                }
+            )
         if {"priority", "dueAt", "status"} & diff.keys():
             unit.rank_dirty(issue.pk)
         if not diff:
@@ -352,8 +440,10 @@ def _transition(*, issue: Issue, new: str, actor: Actor, claim, now, diff: dict,
     elif new == Status.REVIEW:
         if actor.is_agent and claim is None:
             raise ServiceError("CLAIM_REQUIRED", f"Claim {issue.identifier} first; only its holder submits it for review.")
-        if issue.assignee_id is None or issue.assignee_id == actor.principal_id or not active_member(
-            org_id=issue.org_id, user_id=issue.assignee_id
+        if (
+            issue.assignee_id is None
+            or issue.assignee_id == actor.principal_id
+            or not active_member(org_id=issue.org_id, user_id=issue.assignee_id)
         ):
             raise ServiceError(
                 "REVIEWER_REQUIRED",
@@ -431,9 +521,13 @@ def relation_add(*, actor: Actor, source_id: str, target_id: str, type: str) -> 
                 except IntegrityError:
                     created = False
         if created:
-            unit.record("relation_added", issue=source, changes={"relation": [None, [kind, source.identifier, target.identifier]]})
+            unit.record(
+                "relation_added", issue=source, changes={"relation": [None, [kind, source.identifier, target.identifier]]}
+            )
             if kind == "blocks":
-                unit.record("relation_added", issue=target, changes={"relation": [None, [kind, source.identifier, target.identifier]]})
+                unit.record(
+                    "relation_added", issue=target, changes={"relation": [None, [kind, source.identifier, target.identifier]]}
+                )
     return {"source": source.identifier, "target": target.identifier, "type": kind, "created": created}
 
 
@@ -448,13 +542,18 @@ def relation_remove(*, actor: Actor, source_id: str, target_id: str, type: str) 
         removed, _ = qs.delete()
         if removed:
             unit.rank_dirty(source.pk)
-            unit.record("relation_removed", issue=source, changes={"relation": [[kind, source.identifier, target.identifier], None]})
+            unit.record(
+                "relation_removed", issue=source, changes={"relation": [[kind, source.identifier, target.identifier], None]}
+            )
             if kind == "blocks":
-                unit.record("relation_removed", issue=target, changes={"relation": [[kind, source.identifier, target.identifier], None]})
+                unit.record(
+                    "relation_removed", issue=target, changes={"relation": [[kind, source.identifier, target.identifier], None]}
+                )
     return {"source": source.identifier, "target": target.identifier, "type": kind, "removed": bool(removed)}
 
 
 # --- comments, labels, attachments ----------------------------------------------------
+
 
 def comment_create(*, actor: Actor, issue: str, body) -> Comment:
     body = inputs.text(body, "body", required=True, limit=50_000)
@@ -519,7 +618,9 @@ def attachment_obsolete(*, actor: Actor, attachment: str, reason) -> Attachment:
         att.obsolete_at = timezone.now()
         att.obsolete_reason = reason
         att.save(update_fields=["obsolete_at", "obsolete_reason_enc"])
-        unit.record("attachment_obsoleted", issue=att.issue_id, changes={"obsolete": [None, {"id": str(att.pk), "reason": reason}]})
+        unit.record(
+            "attachment_obsoleted", issue=att.issue_id, changes={"obsolete": [None, {"id": str(att.pk), "reason": reason}]}
+        )
     return att
 
 
@@ -542,7 +643,9 @@ def _by_uuid(model, ref, actor: Actor, what: str, lock: bool = False):
 def checkpoint_write(*, actor: Actor, issue: Issue, note: str, claim_id, unit) -> Checkpoint:
     """Store a checkpoint as the issue's latest handoff. Called with the claim verified."""
     before = issue.checkpoint.note if issue.checkpoint_id else None
-    cp = Checkpoint(org_id=actor.org.pk, issue=issue, author_id=actor.principal_id, key=actor.key, runtime=actor.runtime, claim_id=claim_id)
+    cp = Checkpoint(
+        org_id=actor.org.pk, issue=issue, author_id=actor.principal_id, key=actor.key, runtime=actor.runtime, claim_id=claim_id
+    )
     cp.note = note
     cp.save(force_insert=True)
     issue.checkpoint = cp
@@ -574,7 +677,8 @@ def attachment_upload_prepare(*, actor: Actor, issue: str) -> dict:
     attachment_id = uuid.uuid4()
     token = signing.dumps(
         {"o": str(actor.org.pk), "i": str(target.pk), "a": str(attachment_id), "p": actor.principal_id, "k": actor.key_id},
-        salt=UPLOAD_SALT, compress=True,
+        salt=UPLOAD_SALT,
+        compress=True,
     )
     metered_read(actor, "prepare_attachment_upload")
     expires = timezone.now() + timedelta(seconds=settings.RETASC_UPLOAD_URL_TTL_SECONDS)
@@ -593,18 +697,28 @@ def _upload_actor(claims: dict) -> Actor:
 
     refused = ServiceError("UNAUTHORIZED", "That upload link is invalid, expired or already used.")
     org = Org.objects.filter(pk=claims["o"], deleted_at__isnull=True).first()
-    membership = Membership.objects.select_related("user").filter(
-        org=org, user_id=claims["p"], status=Membership.Status.ACTIVE
-    ).first() if org else None
+    membership = (
+        Membership.objects.select_related("user").filter(org=org, user_id=claims["p"], status=Membership.Status.ACTIVE).first()
+        if org
+        else None
+    )
     if membership is None or not membership.user.is_active:
         raise refused
     if claims.get("k") is None:
-        return Actor(org=org, principal_id=membership.user_id, key=None, runtime="dash",
-                     project=org.projects.order_by("created_at").first(), membership=membership)
+        return Actor(
+            org=org,
+            principal_id=membership.user_id,
+            key=None,
+            runtime="dash",
+            project=org.projects.order_by("created_at").first(),
+            membership=membership,
+        )
     key = AgentKey.objects.live().select_related("project").filter(pk=claims["k"], org=org, user_id=membership.user_id).first()
     if key is None:
         raise refused
-    return Actor(org=org, principal_id=membership.user_id, key=key, runtime=key.runtime, project=key.project, membership=membership)
+    return Actor(
+        org=org, principal_id=membership.user_id, key=key, runtime=key.runtime, project=key.project, membership=membership
+    )
 
 
 def attachment_upload_store(*, token: str, content: bytes, content_type: str = "", filename: str = "") -> Attachment:
@@ -618,8 +732,11 @@ def attachment_upload_store(*, token: str, content: bytes, content_type: str = "
     except signing.BadSignature:
         raise ServiceError("UNAUTHORIZED", "That upload link is invalid, expired or already used.") from None
     if len(content) > settings.RETASC_UPLOAD_MAX_BYTES:
-        raise ServiceError("TOO_LARGE", f"A file may be at most {settings.RETASC_UPLOAD_MAX_BYTES} bytes.",
-                           maxBytes=settings.RETASC_UPLOAD_MAX_BYTES)
+        raise ServiceError(
+            "TOO_LARGE",
+            f"A file may be at most {settings.RETASC_UPLOAD_MAX_BYTES} bytes.",
+            maxBytes=settings.RETASC_UPLOAD_MAX_BYTES,
+        )
     if not content:
         raise invalid("file", "The upload is empty.")
     content_type = (content_type or "application/octet-stream").split(";")[0].strip()[:120]
@@ -631,8 +748,15 @@ def attachment_upload_store(*, token: str, content: bytes, content_type: str = "
             raise not_found("Issue")
         if Attachment.objects.filter(pk=claims["a"]).exists():
             raise ServiceError("CONFLICT", "That upload link was already used.")
-        att = Attachment(id=claims["a"], org_id=actor.org.pk, issue=target, created_by_id=actor.principal_id, key=actor.key,
-                         file_size=len(content), content_type=content_type)
+        att = Attachment(
+            id=claims["a"],
+            org_id=actor.org.pk,
+            issue=target,
+            created_by_id=actor.principal_id,
+            key=actor.key,
+            file_size=len(content),
+            content_type=content_type,
+        )
         att.url = f"{settings.PUBLIC_URL}/api/v1/attachments/{att.pk}/file"
         att.title = title
         att.file = content
@@ -641,6 +765,14 @@ def attachment_upload_store(*, token: str, content: bytes, content_type: str = "
                 att.save(force_insert=True)
         except IntegrityError:  # a concurrent PUT with the same link won
             raise ServiceError("CONFLICT", "That upload link was already used.") from None
-        unit.record("attached", issue=target, changes={"attachment": [None, {
-            "id": str(att.pk), "url": att.url, "title": title, "size": len(content), "contentType": content_type}]})
+        unit.record(
+            "attached",
+            issue=target,
+            changes={
+                "attachment": [
+                    None,
+                    {"id": str(att.pk), "url": att.url, "title": title, "size": len(content), "contentType": content_type},
+                ]
+            },
+        )
     return att

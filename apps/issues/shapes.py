@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC
 
 from django.contrib.auth import get_user_model
-from datetime import timezone as dt_timezone
-
 from django.utils import timezone
 
 from apps.core.actor import Actor
@@ -17,7 +16,7 @@ User = get_user_model()
 
 
 def iso(value):
-    return value.astimezone(dt_timezone.utc).isoformat().replace("+00:00", "Z") if value else None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
 
 
 def issue_shapes(issues: list[Issue], *, actor: Actor | None, now=None) -> list[dict]:
@@ -61,8 +60,7 @@ def _shape(issue: Issue, actor, now, blocked_by, blocks, labels, emails) -> dict
         claim = {
             "heldBy": emails.get(issue.lease_principal_id),
             "expiresAt": iso(issue.lease_expires_at),
-            "youHold": actor is not None and issue.lease_principal_id == actor.principal_id
-            and _claim_key(issue) == actor.key_id,
+            "youHold": actor is not None and issue.lease_principal_id == actor.principal_id and _claim_key(issue) == actor.key_id,
         }
     checkpoint = issue.checkpoint
     return {

@@ -50,8 +50,12 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebindi
         claim = Claim.objects.filter(token_hash=token_hash(token), issue_id=issue.pk).first()
         if claim is None or claim.principal_id != actor.principal_id:
             if live or required:
-                raise holder_only(issue) if live else ServiceError(
-                    "CLAIM_MISMATCH", "That claim token is not yours for this issue.", reason="holder-only-writes"
+                raise (
+                    holder_only(issue)
+                    if live
+                    else ServiceError(
+                        "CLAIM_MISMATCH", "That claim token is not yours for this issue.", reason="holder-only-writes"
+                    )
                 )
             return None
         if claim.pk == issue.lease_claim_id and live and claim.ended_at is None:

@@ -31,8 +31,12 @@ def queue_status(*, actor: Actor) -> dict:
         "byStatus": by_status,
         "leases": [
             {
-                "identifier": c.issue.identifier, "heldBy": c.principal.email, "runtime": c.key.runtime,
-                "kind": c.kind, "expiresAt": iso(c.expires_at), "lastHeartbeatAt": iso(c.last_heartbeat_at),
+                "identifier": c.issue.identifier,
+                "heldBy": c.principal.email,
+                "runtime": c.key.runtime,
+                "kind": c.kind,
+                "expiresAt": iso(c.expires_at),
+                "lastHeartbeatAt": iso(c.last_heartbeat_at),
                 "youHold": c.key_id == actor.key_id,
             }
             for c in live

@@ -39,9 +39,7 @@ def lock_project_claims(project_id: int) -> None:
 
 
 def _open_blocker_exists():
-    return Exists(
-        Relation.objects.filter(target_id=OuterRef("pk"), type=Relation.Type.BLOCKS).exclude(source__status__in=CLOSED)
-    )
+    return Exists(Relation.objects.filter(target_id=OuterRef("pk"), type=Relation.Type.BLOCKS).exclude(source__status__in=CLOSED))
 
 
 def ready_queryset(*, actor: Actor, project_id: int, now, all_lanes: bool):
@@ -66,8 +64,10 @@ def _check_cap(actor: Actor, now, wanted: int = 1) -> None:
     held = _live_claims(actor.key_id, now) if actor.key_id else 0
     if held + wanted > cap:
         raise ServiceError(
-            "CLAIM_CAP", f"This key already holds {held} live claims (cap {cap}); finish or release one first.",
-            held=held, cap=cap,
+            "CLAIM_CAP",
+            f"This key already holds {held} live claims (cap {cap}); finish or release one first.",
+            held=held,
+            cap=cap,
         )
 
 
@@ -86,15 +86,27 @@ def _take(*, issue: Issue, actor: Actor, now, unit, kind: str) -> tuple[Claim, s
         _reclaim(issue=issue, now=now, unit=unit)
     raw, digest = new_token()
     claim = Claim.objects.create(
-        org_id=actor.org.pk, issue=issue, key=actor.key, principal_id=actor.principal_id, kind=kind,
-        token_hash=digest, created_at=now, expires_at=now + ttl, last_heartbeat_at=now,
+        org_id=actor.org.pk,
+        issue=issue,
+        key=actor.key,
+        principal_id=actor.principal_id,
+        kind=kind,
+        token_hash=digest,
+        created_at=now,
+        expires_at=now + ttl,
+        last_heartbeat_at=now,
     )
     new_status = Status.DOING if kind == Claim.Kind.WORK else Status.REVIEW
     changed = (
         Issue.objects.filter(pk=issue.pk, status=issue.status)
         .filter(Q(lease_claim_id__isnull=True) | Q(lease_expires_at__lte=now))
-        .update(status=new_status, lease_claim_id=claim.pk, lease_principal_id=actor.principal_id,
-                lease_expires_at=claim.expires_at, updated_at=now)
+        .update(
+            status=new_status,
+            lease_claim_id=claim.pk,
+            lease_principal_id=actor.principal_id,
+            lease_expires_at=claim.expires_at,
+            updated_at=now,
+        )
     )
     if changed != 1:  # pragma: no cover - the project lock makes this unreachable
         raise ServiceError("HELD", f"{issue.identifier} was taken a moment ago; pull again.")
@@ -114,8 +126,12 @@ def _reclaim(*, issue: Issue, now, unit) -> None:
     Claim.objects.filter(pk=issue.lease_claim_id, ended_at__isnull=True).update(ended_at=now, end_reason=Claim.End.EXPIRED)
     new_status = Status.TODO if issue.status == Status.DOING else issue.status
     Issue.objects.filter(pk=issue.pk).update(
-        status=new_status, reclaim_count=F("reclaim_count") + 1, lease_claim_id=None,
-        lease_principal_id=None, lease_expires_at=None, updated_at=now,
+        status=new_status,
+        reclaim_count=F("reclaim_count") + 1,
+        lease_claim_id=None,
+        lease_principal_id=None,
+        lease_expires_at=None,
+        updated_at=now,
     )
     changes = {"reclaimCount": [issue.reclaim_count, issue.reclaim_count + 1], "claim": ["expired", None]}
     if new_status != issue.status:
@@ -126,7 +142,7 @@ def _reclaim(*, issue: Issue, now, unit) -> None:
 
 
 def claim_answer(*, issue: Issue, claim: Claim, raw: str, actor: Actor, now) -> dict:
-    from apps.issues.shapes import issue_shape, iso
+    from apps.issues.shapes import iso, issue_shape
 
     checkpoint = issue.checkpoint
     return {
@@ -147,6 +163,7 @@ def _require_agent(actor: Actor) -> None:
 
 
 # --- pulls ----------------------------------------------------------------------------
+
 
 def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
     """Claim the first eligible issue, or say why there is none."""
@@ -222,10 +239,18 @@ def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = Fals
         room = cap - _live_claims(actor.key_id, now)
         if room <= 0:
             _check_cap(actor, now)
-        picked = _independent(ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes).select_related("project"), min(n, room))
+        picked = _independent(
+            ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes).select_related("project"),
+            min(n, room),
+        )
         # Several rows: lock them in primary-key order first (ranks_refresh locks the same
         # way); updating them in dispatch order deadlocked against a concurrent refresh.
-        list(Issue.objects.filter(pk__in=[i.pk for i in picked]).order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
+        list(
+            Issue.objects.filter(pk__in=[i.pk for i in picked])
+            .order_by("pk")
+            .select_for_update(no_key=True)
+            .values_list("pk", flat=True)
+        )
         for issue in picked:
             kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
             taken.append((issue.pk,) + _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind))
@@ -243,15 +268,19 @@ def _independent(queryset, n: int) -> list[Issue]:
     ids = [c.pk for c in candidates]
     reach = _reachability(ids)
     dupes = set(
-        Relation.objects.filter(type=Relation.Type.DUPLICATE, source_id__in=ids, target_id__in=ids).values_list("source_id", "target_id")
+        Relation.objects.filter(type=Relation.Type.DUPLICATE, source_id__in=ids, target_id__in=ids).values_list(
+            "source_id", "target_id"
+        )
     )
     picked: list[Issue] = []
     for cand in candidates:
         if len(picked) == n:
             break
         clash = any(
-            p.pk in reach.get(cand.pk, ()) or cand.pk in reach.get(p.pk, ())
-            or (cand.pk, p.pk) in dupes or (p.pk, cand.pk) in dupes
+            p.pk in reach.get(cand.pk, ())
+            or cand.pk in reach.get(p.pk, ())
+            or (cand.pk, p.pk) in dupes
+            or (p.pk, cand.pk) in dupes
             for p in picked
         )
         if not clash:
@@ -281,6 +310,7 @@ def _reachability(ids) -> dict:
 
 
 # --- explicit claims and the work loop ------------------------------------------------
+
 
 def claim_issue(*, actor: Actor, identifier: str, claim_token: str | None = None) -> dict:
     """Claim one issue whatever its lane, or rebind your own live claim (resume door)."""
@@ -314,19 +344,25 @@ def _eligible(*, issue: Issue, actor: Actor, now) -> None:
     if not issue.work:
         raise ServiceError("NOT_WORK", f"{issue.identifier} is a container (work:false); claim its children.")
     if issue.status not in DISPATCHABLE:
-        raise ServiceError(f"NOT_ELIGIBLE:{issue.status}", f"{issue.identifier} is {issue.status}; it cannot be claimed.", status=issue.status)
+        raise ServiceError(
+            f"NOT_ELIGIBLE:{issue.status}", f"{issue.identifier} is {issue.status}; it cannot be claimed.", status=issue.status
+        )
     if issue.awaiting_triage:
         raise ServiceError(
-            "AWAITING_TRIAGE", f"{issue.identifier} arrived from outside and awaits a human's sign-off.",
+            "AWAITING_TRIAGE",
+            f"{issue.identifier} arrived from outside and awaits a human's sign-off.",
             tell_human=f"Triage {issue.identifier} in the Dash.",
         )
     blockers = list(
-        Relation.objects.filter(target=issue, type=Relation.Type.BLOCKS).exclude(source__status__in=CLOSED)
-        .select_related("source__project").order_by("source__number")
+        Relation.objects.filter(target=issue, type=Relation.Type.BLOCKS)
+        .exclude(source__status__in=CLOSED)
+        .select_related("source__project")
+        .order_by("source__number")
     )
     if blockers:
         raise ServiceError(
-            "BLOCKED", f"{issue.identifier} waits on {len(blockers)} open blocker(s).",
+            "BLOCKED",
+            f"{issue.identifier} waits on {len(blockers)} open blocker(s).",
             blockers=[{"identifier": r.source.identifier, "status": r.source.status} for r in blockers],
         )
     if issue.status == Status.REVIEW and issue.submitted_by_id == actor.principal_id:
@@ -336,8 +372,10 @@ def _eligible(*, issue: Issue, actor: Actor, now) -> None:
 
         holder = get_user_model().objects.filter(pk=issue.lease_principal_id).values_list("email", flat=True).first()
         raise ServiceError(
-            "HELD", f"{issue.identifier} is held until {issue.lease_expires_at.isoformat()}.",
-            heldBy=holder, expiresAt=issue.lease_expires_at.isoformat(),
+            "HELD",
+            f"{issue.identifier} is held until {issue.lease_expires_at.isoformat()}.",
+            heldBy=holder,
+            expiresAt=issue.lease_expires_at.isoformat(),
         )
 
 
@@ -352,9 +390,14 @@ def check_claim(*, actor: Actor, identifier: str) -> dict:
         return {"identifier": issue.identifier, "held": False, "youHold": False, "expiresAt": None, "status": issue.status}
     claim = Claim.objects.select_related("principal", "key").get(pk=issue.lease_claim_id)
     return {
-        "identifier": issue.identifier, "held": True, "status": issue.status,
-        "youHold": claim.key_id == actor.key_id, "yourPrincipalHolds": claim.principal_id == actor.principal_id,
-        "heldBy": claim.principal.email, "runtime": claim.key.runtime, "kind": claim.kind,
+        "identifier": issue.identifier,
+        "held": True,
+        "status": issue.status,
+        "youHold": claim.key_id == actor.key_id,
+        "yourPrincipalHolds": claim.principal_id == actor.principal_id,
+        "heldBy": claim.principal.email,
+        "runtime": claim.key.runtime,
+        "kind": claim.kind,
         "expiresAt": iso(claim.expires_at),
     }
 
@@ -405,8 +448,12 @@ def release_issue(*, actor: Actor, identifier: str, claim_token: str, note=None)
         Claim.objects.filter(pk=claim.pk).update(ended_at=now, end_reason=Claim.End.RELEASED)
         new_status = Status.TODO if issue.status == Status.DOING else issue.status
         Issue.objects.filter(pk=issue.pk).update(
-            status=new_status, lease_claim_id=None, lease_principal_id=None, lease_expires_at=None,
-            checkpoint=issue.checkpoint, updated_at=now,
+            status=new_status,
+            lease_claim_id=None,
+            lease_principal_id=None,
+            lease_expires_at=None,
+            checkpoint=issue.checkpoint,
+            updated_at=now,
         )
         changes = {"claim": ["held", None]}
         if new_status != issue.status:
@@ -416,6 +463,7 @@ def release_issue(*, actor: Actor, identifier: str, claim_token: str, note=None)
 
 
 # --- reclaim job ----------------------------------------------------------------------
+
 
 def reclaim_expired(*, now=None, limit: int = 1000) -> int:
     """Free every expired lease with its receipt. Idempotent: safe to run anywhere, often."""
@@ -429,9 +477,12 @@ def reclaim_expired(*, now=None, limit: int = 1000) -> int:
         actor = Actor.system(orgs[org_id])
         with mutation(actor, "reclaim", charge=False) as unit:
             lock_project_claims(project_id)
-            issue = Issue.objects.select_for_update(no_key=True, of=("self",)).select_related("project").filter(
-                pk=pk, lease_expires_at__lte=now
-            ).first()
+            issue = (
+                Issue.objects.select_for_update(no_key=True, of=("self",))
+                .select_related("project")
+                .filter(pk=pk, lease_expires_at__lte=now)
+                .first()
+            )
             if issue is None:  # another worker or a heartbeat got there first
                 continue
             _reclaim(issue=issue, now=now, unit=unit)

@@ -117,6 +117,9 @@ class ProjectAlias(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org", "prefix"], name="project_alias_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.prefix} -> {self.project_id}"
+
 
 class Invite(models.Model):
     """A single-use invitation code (``rtscinv_…``), stored hashed, shown once."""
@@ -131,6 +134,9 @@ class Invite(models.Model):
     accepted_at = models.DateTimeField(null=True, blank=True)
     accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.role})"
 
     def status_at(self, now) -> str:
         if self.accepted_at:

@@ -23,7 +23,8 @@ def whoami(*, actor: Actor) -> dict:
         },
         "runtime": actor.runtime,
         "key": {"label": actor.key.label, "prefix": actor.key.prefix, "session": actor.key.parent_id is not None}
-        if actor.key else None,
+        if actor.key
+        else None,
         "org": {"slug": actor.org.slug, "name": actor.org.name},
         "project": {"prefix": actor.project.prefix, "name": actor.project.name} if actor.project else None,
     }
@@ -46,7 +47,9 @@ def members_list(*, actor: Actor, query: str | None = None) -> list[dict]:
     if query:
         if not isinstance(query, str) or len(query) > 200:
             raise invalid("query", "query is text up to 200 characters.")
-        qs = qs.filter(Q(user__email__icontains=query) | Q(user__first_name__icontains=query) | Q(user__last_name__icontains=query))
+        qs = qs.filter(
+            Q(user__email__icontains=query) | Q(user__first_name__icontains=query) | Q(user__last_name__icontains=query)
+        )
     keys = dict(
         AgentKey.objects.live().filter(org_id=actor.org.pk).values("user_id").annotate(n=Count("pk")).values_list("user_id", "n")
     )
@@ -68,9 +71,7 @@ def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
         project = actor.project
     if project is None:
         raise not_found(f"Project {prefix}")
-    by_status = dict(
-        Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n")
-    )
+    by_status = dict(Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n"))
     open_count = sum(n for s, n in by_status.items() if s not in CLOSED)
     return project_shape(project, {"byStatus": by_status, "open": open_count})
 
@@ -83,8 +84,12 @@ def invites_list(*, actor: Actor) -> list[dict]:
     now = timezone.now()
     return [
         {
-            "id": i.pk, "prefix": i.prefix, "role": i.role, "status": i.status_at(now),
-            "createdAt": iso(i.created_at), "expiresAt": iso(i.expires_at),
+            "id": i.pk,
+            "prefix": i.prefix,
+            "role": i.role,
+            "status": i.status_at(now),
+            "createdAt": iso(i.created_at),
+            "expiresAt": iso(i.expires_at),
             "acceptedBy": i.accepted_by.email if i.accepted_by_id else None,
             "createdBy": i.created_by.email if i.created_by_id else None,
         }

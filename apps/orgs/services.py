@@ -89,8 +89,13 @@ def credit_grant(*, org: Org, amount_micros: int, note: str, principal_id=None) 
         balance = locked.balance_micros + amount_micros
         Org.objects.filter(pk=org.pk).update(balance_micros=balance)
         LedgerEntry.objects.create(
-            org=org, principal_id=principal_id, action="credit", tier="credit",
-            amount_micros=amount_micros, balance_after_micros=balance, note=note[:200],
+            org=org,
+            principal_id=principal_id,
+            action="credit",
+            tier="credit",
+            amount_micros=amount_micros,
+            balance_after_micros=balance,
+            note=note[:200],
         )
     return balance
 
@@ -154,8 +159,14 @@ def agent_key_mint(
     ident = secrets.token_hex(4)
     raw = f"{KEY_PREFIX}{ident}_{secrets.token_urlsafe(32)}"
     key = AgentKey.objects.create(
-        org=org, user=user, project=project, runtime=runtime, label=(label or runtime)[:120],
-        prefix=f"{KEY_PREFIX}{ident}", secret_hash=hash_secret(raw), parent=parent,
+        org=org,
+        user=user,
+        project=project,
+        runtime=runtime,
+        label=(label or runtime)[:120],
+        prefix=f"{KEY_PREFIX}{ident}",
+        secret_hash=hash_secret(raw),
+        parent=parent,
     )
     return key, raw
 
@@ -168,8 +179,12 @@ def session_key_mint(*, actor: Actor, label: str = "") -> tuple[AgentKey, str]:
     root = parent.parent or parent
     with mutation(actor, "mint_session_key") as unit:
         key, raw = agent_key_mint(
-            org=actor.org, user=root.user, project=root.project, runtime=root.runtime,
-            label=label or f"{root.label} session", parent=root,
+            org=actor.org,
+            user=root.user,
+            project=root.project,
+            runtime=root.runtime,
+            label=label or f"{root.label} session",
+            parent=root,
         )
         unit.record("key_minted", changes={"key": [None, key.prefix], "parent": [None, root.prefix]})
     return key, raw
@@ -255,6 +270,7 @@ def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, r
 
 # --- member administration (owners only) ----------------------------------------------
 
+
 def _owner_only(actor: Actor) -> None:
     if not actor.is_owner:
         raise ServiceError("FORBIDDEN", "Only an org owner can do that.", tell_human="Ask an owner of the org.")
@@ -281,9 +297,14 @@ def _set_status(*, actor: Actor, member_id, status: str, verb: str) -> dict:
         if status != Membership.Status.ACTIVE:
             if membership.user_id == actor.principal_id:
                 raise ServiceError("FORBIDDEN", "You cannot suspend or retire yourself.")
-            if membership.role == Membership.Role.OWNER and not Membership.objects.filter(
-                org_id=actor.org.pk, role=Membership.Role.OWNER, status=Membership.Status.ACTIVE
-            ).exclude(pk=membership.pk).exists():
+            if (
+                membership.role == Membership.Role.OWNER
+                and not Membership.objects.filter(
+                    org_id=actor.org.pk, role=Membership.Role.OWNER, status=Membership.Status.ACTIVE
+                )
+                .exclude(pk=membership.pk)
+                .exists()
+            ):
                 raise ServiceError("FORBIDDEN", "The last active owner cannot be suspended or retired.")
         before = membership.status
         retired = 0
@@ -331,8 +352,12 @@ def invite_create(*, actor: Actor, expires_days: int = 7, role: str = Membership
     raw = INVITE_PREFIX + secrets.token_urlsafe(18)
     with mutation(actor, "invite_create", charge=False) as unit:
         invite = Invite.objects.create(
-            org=actor.org, code_hash=hash_secret(raw), prefix=raw[:14], role=role,
-            created_by_id=actor.principal_id, expires_at=timezone.now() + timedelta(days=days),
+            org=actor.org,
+            code_hash=hash_secret(raw),
+            prefix=raw[:14],
+            role=role,
+            created_by_id=actor.principal_id,
+            expires_at=timezone.now() + timedelta(days=days),
         )
         unit.record("invite_created", changes={"invite": [None, {"id": invite.pk, "role": role, "days": days}]})
     return invite, raw
@@ -343,9 +368,9 @@ def invite_revoke(*, actor: Actor, invite_id) -> None:
 
     _owner_only(actor)
     with mutation(actor, "invite_revoke", charge=False) as unit:
-        changed = Invite.objects.filter(
-            pk=invite_id, org=actor.org, accepted_at__isnull=True, revoked_at__isnull=True
-        ).update(revoked_at=timezone.now())
+        changed = Invite.objects.filter(pk=invite_id, org=actor.org, accepted_at__isnull=True, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
         if not changed:
             if not Invite.objects.filter(pk=invite_id, org=actor.org).exists():
                 raise not_found("Invite")
@@ -366,9 +391,9 @@ def invite_redeem(*, code: str, user: User) -> Membership:
     if invite is None or invite.org.deleted_at is not None:
         raise bad
     with transaction.atomic():
-        won = Invite.objects.filter(
-            pk=invite.pk, accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now
-        ).update(accepted_at=now, accepted_by=user)
+        won = Invite.objects.filter(pk=invite.pk, accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now).update(
+            accepted_at=now, accepted_by=user
+        )
         if won != 1:
             raise bad
         existing = Membership.objects.filter(org=invite.org, user=user).first()
@@ -409,9 +434,10 @@ def project_rename(*, actor: Actor, prefix: str, new_prefix: str, name: str | No
         if project is None:
             raise not_found(f"Project {prefix}")
         if new_prefix != project.prefix:
-            taken = Project.objects.filter(org=actor.org, prefix=new_prefix).exists() or ProjectAlias.objects.filter(
-                org=actor.org, prefix=new_prefix
-            ).exclude(project=project).exists()
+            taken = (
+                Project.objects.filter(org=actor.org, prefix=new_prefix).exists()
+                or ProjectAlias.objects.filter(org=actor.org, prefix=new_prefix).exclude(project=project).exists()
+            )
             if taken:
                 raise ServiceError("CONFLICT", f"The prefix {new_prefix} is taken in this org.", field="prefix")
             ProjectAlias.objects.filter(org=actor.org, prefix=new_prefix, project=project).delete()
@@ -431,6 +457,7 @@ def project_rename(*, actor: Actor, prefix: str, new_prefix: str, name: str | No
 # --- actor-facing key and project management (every interface calls these) ----------
 # The role rules live here, once: members manage only their own keys (another person's
 # key reads as not found), only owners mint for someone else, only owners add projects.
+
 
 def _forbidden(message: str) -> ServiceError:
     return ServiceError("FORBIDDEN", message, tell_human="Ask an owner of the org.")

@@ -27,9 +27,7 @@ VERSION = __version__
 DATA_DIR = Path(env_str("RETASC_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 DEBUG = env_bool("RETASC_DEBUG", False)
-SECRET_KEY = env_str("DJANGO_SECRET_KEY") or generated_secret(
-    DATA_DIR, "secret_key", what="Django secret key"
-)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or generated_secret(DATA_DIR, "secret_key", what="Django secret key")
 
 # The master key ring: comma-separated base64 keys, newest first. The newest wraps new
 # org data keys; every key in the ring can unwrap.

@@ -12,8 +12,16 @@ from apps.orgs.services import agent_key_revoke, member_add, user_get_or_create
 from tests.api.conftest import client, create
 
 UNAUTHORIZED = {"code": "UNAUTHORIZED", "message": "Missing, unknown or revoked agent key."}
-SAMPLE = {"identifier": "ACME-1", "comment": "00000000-0000-0000-0000-000000000000", "attachment": "x", "type": "blocks",
-          "target": "ACME-2", "prefix": "ACME", "member": "1", "connector": "1"}
+SAMPLE = {
+    "identifier": "ACME-1",
+    "comment": "00000000-0000-0000-0000-000000000000",
+    "attachment": "x",
+    "type": "blocks",
+    "target": "ACME-2",
+    "prefix": "ACME",
+    "member": "1",
+    "connector": "1",
+}
 
 
 def every_endpoint():
@@ -85,6 +93,7 @@ def test_outsider_reads_another_orgs_issue_as_not_found(world, owner, outsider, 
 
 
 # --- sessions -------------------------------------------------------------------------
+
 
 def test_session_user_acts_in_their_first_org(world):
     c = APIClient()

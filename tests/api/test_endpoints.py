@@ -24,7 +24,11 @@ def test_create_then_read_and_edit(world, owner):
     issue = create(owner, "Write the parser", body="details", priority=2, labels=["api"], acceptance=["parses"])
     assert issue["identifier"] == "ACME-1"
     assert (issue["title"], issue["body"], issue["priority"], issue["labels"], issue["acceptance"]) == (
-        "Write the parser", "details", 2, ["api"], ["parses"]
+        "Write the parser",
+        "details",
+        2,
+        ["api"],
+        ["parses"],
     )
     r = owner.get("/api/v1/issues/acme-1")
     assert r.status_code == 200 and r.json()["identifier"] == "ACME-1"
@@ -33,7 +37,9 @@ def test_create_then_read_and_edit(world, owner):
     assert (r.json()["title"], r.json()["assignee"], r.json()["body"]) == ("Write the lexer", world.owner.email, "details")
     r = owner.get("/api/v1/issues/ACME-1/activity")
     assert r.status_code == 200
-    assert [e["verb"] for e in r.json()["activity"]] == [e.verb for e in Activity.objects.filter(issue__number=1, org=world.org).order_by("seq")]
+    assert [e["verb"] for e in r.json()["activity"]] == [
+        e.verb for e in Activity.objects.filter(issue__number=1, org=world.org).order_by("seq")
+    ]
     assert r.json()["identifier"] == "ACME-1" and len(r.json()["activity"]) >= 2
 
 
@@ -243,6 +249,7 @@ def test_a_human_cannot_mint_a_session_key(world):
 
 # --- pagination -------------------------------------------------------------------------
 
+
 def test_cursor_pagination_round_trip(world, owner):
     made = [create(owner, f"Issue {n}")["identifier"] for n in range(5)]
     seen, cursor, pages = [], None, 0
@@ -273,6 +280,7 @@ def test_list_filters(world, owner):
 
 
 # --- one serializer: HTTP answers what the operation (and so the MCP tool) answers -------
+
 
 @pytest.mark.parametrize(
     ("url", "tool", "args"),

@@ -48,15 +48,38 @@ CHECKS = [not_a_server_error, every_refusal_has_a_code, response_schema_conforma
 
 
 # The main endpoints: the work loop, issues, comments, relations, labels, attachments.
-MAIN = ("list_issues", "create_issue", "update_issue", "get_issue", "next_issue", "next_batch", "claim_issue",
-        "heartbeat", "checkpoint", "release_issue", "check_claim", "get_activity", "save_comment", "retract_comment",
-        "add_relation", "remove_relation", "save_label", "save_attachment", "upload_attachment_file", "queue_status")
+MAIN = (
+    "list_issues",
+    "create_issue",
+    "update_issue",
+    "get_issue",
+    "next_issue",
+    "next_batch",
+    "claim_issue",
+    "heartbeat",
+    "checkpoint",
+    "release_issue",
+    "check_claim",
+    "get_activity",
+    "save_comment",
+    "retract_comment",
+    "add_relation",
+    "remove_relation",
+    "save_label",
+    "save_attachment",
+    "upload_attachment_file",
+    "queue_status",
+)
 
 
 @schema.include(operation_id=list(MAIN)).parametrize()
 @settings(
-    max_examples=4, deadline=None, derandomize=True, database=None,
-    phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+    max_examples=4,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
 )
 def test_generated_requests(case, world):
     owner = client(world.owner_agent.raw)

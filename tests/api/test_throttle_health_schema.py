@@ -15,6 +15,7 @@ from tests.api.conftest import client
 
 # --- throttling -------------------------------------------------------------------------
 
+
 @override_settings(RETASC_API_RATE="3/min")
 def test_rate_limit_per_key_answers_429_with_retry_after(world, owner, member, unchanged):
     for _ in range(3):
@@ -42,6 +43,7 @@ def test_anonymous_requests_are_refused_before_throttling(world):
 
 
 # --- health -----------------------------------------------------------------------------
+
 
 @pytest.mark.django_db
 def test_health_ok():
@@ -72,6 +74,7 @@ def test_health_503_when_the_database_fails(monkeypatch):
 
 
 # --- schema and docs --------------------------------------------------------------------
+
 
 @pytest.fixture
 def openapi(db):

@@ -46,7 +46,12 @@ def test_upload_round_trip(world, owner, member, issue):
 
     row = Attachment.objects.get(pk=att["id"])
     assert CONTENT not in bytes(row.file_enc) and b"secret" not in bytes(row.file_enc)  # sealed at rest
-    assert (row.file_size, row.content_type, row.created_by_id, row.key_id) == (len(CONTENT), "application/pdf", world.owner.pk, world.a.key_id)
+    assert (row.file_size, row.content_type, row.created_by_id, row.key_id) == (
+        len(CONTENT),
+        "application/pdf",
+        world.owner.pk,
+        world.a.key_id,
+    )
     receipt = Activity.objects.filter(org=world.org, verb="attached").get()
     assert receipt.changes["attachment"][1]["id"] == att["id"] and receipt.key_id == world.a.key_id
 

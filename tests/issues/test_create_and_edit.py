@@ -40,6 +40,7 @@ def with_timezone(w, tz):
 
 # --- identifiers -----------------------------------------------------------------------
 
+
 def test_identifiers_are_prefix_n_sequential_per_project(world):
     # given two orgs, when issues are filed in each
     first = new_issue(world.a, "One")
@@ -60,24 +61,67 @@ def test_a_refused_create_does_not_burn_a_number(world, unchanged):
 
 def test_create_stores_the_fields_and_a_receipt(world):
     issue = new_issue(
-        world.a, "Fix the login bug", body="Steps:\n1. log in", priority=2, assignee=world.member.email,
-        labels=["bug", "auth", "bug"], acceptance=["login works", "test added"],
+        world.a,
+        "Fix the login bug",
+        body="Steps:\n1. log in",
+        priority=2,
+        assignee=world.member.email,
+        labels=["bug", "auth", "bug"],
+        acceptance=["login works", "test added"],
     )
     s = shape(world.a, issue.identifier)
-    assert {k: s[k] for k in ("identifier", "title", "body", "status", "priority", "work", "assignee", "author",
-                              "labels", "acceptance", "checkpoint", "reclaimCount", "claim", "blockedBy",
-                              "blocks", "parent", "awaitingTriage", "source", "closedAt", "cancelReason")} == {
-        "identifier": "ACME-1", "title": "Fix the login bug", "body": "Steps:\n1. log in", "status": "todo",
-        "priority": 2, "work": True, "assignee": world.member.email, "author": world.owner.email,
-        "labels": ["auth", "bug"], "acceptance": ["login works", "test added"], "checkpoint": None,
-        "reclaimCount": 0, "claim": None, "blockedBy": [], "blocks": [], "parent": None,
-        "awaitingTriage": False, "source": "agent", "closedAt": None, "cancelReason": None,
+    assert {
+        k: s[k]
+        for k in (
+            "identifier",
+            "title",
+            "body",
+            "status",
+            "priority",
+            "work",
+            "assignee",
+            "author",
+            "labels",
+            "acceptance",
+            "checkpoint",
+            "reclaimCount",
+            "claim",
+            "blockedBy",
+            "blocks",
+            "parent",
+            "awaitingTriage",
+            "source",
+            "closedAt",
+            "cancelReason",
+        )
+    } == {
+        "identifier": "ACME-1",
+        "title": "Fix the login bug",
+        "body": "Steps:\n1. log in",
+        "status": "todo",
+        "priority": 2,
+        "work": True,
+        "assignee": world.member.email,
+        "author": world.owner.email,
+        "labels": ["auth", "bug"],
+        "acceptance": ["login works", "test added"],
+        "checkpoint": None,
+        "reclaimCount": 0,
+        "claim": None,
+        "blockedBy": [],
+        "blocks": [],
+        "parent": None,
+        "awaitingTriage": False,
+        "source": "agent",
+        "closedAt": None,
+        "cancelReason": None,
     }
     receipts = list(Activity.objects.filter(issue_id=issue.pk).values_list("verb", flat=True))
     assert receipts == ["created"]
 
 
 # --- required fields -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("title", [None, "", "   ", "two\nlines", "x" * 301, 42])
 def test_title_is_required_one_line_text(world, unchanged, title):
@@ -87,19 +131,26 @@ def test_title_is_required_one_line_text(world, unchanged, title):
 
 @pytest.mark.parametrize("work", [None, "maybe", 1])
 def test_work_is_required_and_boolean(world, unchanged, work):
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: issue_create(actor=world.a, title="T", work=work, no_dependency="none"), field="work")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_create(actor=world.a, title="T", work=work, no_dependency="none"),
+        field="work",
+    )
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"no_dependency": "   "}, {"no_dependency": None}, {"blocked_by": []}])
 def test_blocked_by_or_no_dependency_is_required(world, unchanged, kwargs):
-    refused(unchanged, "INVALID_ARGUMENT", lambda: issue_create(actor=world.a, title="T", work=True, **kwargs),
-            field="blockedBy")
+    refused(unchanged, "INVALID_ARGUMENT", lambda: issue_create(actor=world.a, title="T", work=True, **kwargs), field="blockedBy")
 
 
 def test_no_dependency_must_be_one_line(world, unchanged):
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: issue_create(actor=world.a, title="T", work=True, no_dependency="a\nb"), field="noDependency")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_create(actor=world.a, title="T", work=True, no_dependency="a\nb"),
+        field="noDependency",
+    )
 
 
 def test_blocked_by_creates_the_edge(world):
@@ -112,15 +163,15 @@ def test_blocked_by_creates_the_edge(world):
 
 def test_blocked_by_a_missing_issue_is_refused(world, unchanged):
     new_issue(world.a, "Exists")
-    err = refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", blocked_by=["ACME-1", "ACME-7"]),
-                  field="blockedBy")
+    err = refused(
+        unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", blocked_by=["ACME-1", "ACME-7"]), field="blockedBy"
+    )
     assert "ACME-7" in err.message
 
 
 def test_blocked_by_another_orgs_issue_is_refused_as_missing(world, unchanged):
     theirs = new_issue(world.x, "Theirs")
-    refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", blocked_by=[theirs.identifier]),
-            field="blockedBy")
+    refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", blocked_by=[theirs.identifier]), field="blockedBy")
 
 
 def test_blocked_by_an_issue_with_the_same_identifier_in_another_org_is_not_linked(world, unchanged):
@@ -138,8 +189,12 @@ def test_invalid_priority_is_refused(world, unchanged, priority):
     kwargs = {"priority": priority}
     if priority is None:  # None means "not given" on create; an edit must say a value
         issue = new_issue(world.a, "T")
-        refused(unchanged, "INVALID_ARGUMENT",
-                lambda: issue_update(actor=world.a, identifier=issue.identifier, **kwargs), field="priority")
+        refused(
+            unchanged,
+            "INVALID_ARGUMENT",
+            lambda: issue_update(actor=world.a, identifier=issue.identifier, **kwargs),
+            field="priority",
+        )
         return
     refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", **kwargs), field="priority")
 
@@ -151,6 +206,7 @@ def test_valid_priorities(world, priority):
 
 # --- deadlines -------------------------------------------------------------------------
 
+
 def test_due_at_epoch_milliseconds(world):
     issue = new_issue(world.a, "T", due_at=1_800_000_000_000)
     assert issue.due_at == datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
@@ -161,11 +217,14 @@ def test_due_at_epoch_milliseconds_as_text(world):
     assert new_issue(world.a, "T", due_at="1800000000000").due_at == datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("2027-02-03T04:05:06Z", datetime(2027, 2, 3, 4, 5, 6, tzinfo=UTC)),
-    ("2027-02-03T12:05:06+08:00", datetime(2027, 2, 3, 4, 5, 6, tzinfo=UTC)),
-    ("2027-02-03T04:05:06.250+00:00", datetime(2027, 2, 3, 4, 5, 6, 250000, tzinfo=UTC)),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("2027-02-03T04:05:06Z", datetime(2027, 2, 3, 4, 5, 6, tzinfo=UTC)),
+        ("2027-02-03T12:05:06+08:00", datetime(2027, 2, 3, 4, 5, 6, tzinfo=UTC)),
+        ("2027-02-03T04:05:06.250+00:00", datetime(2027, 2, 3, 4, 5, 6, 250000, tzinfo=UTC)),
+    ],
+)
 def test_due_at_iso_datetime(world, value, expected):
     assert new_issue(world.a, "T", due_at=value).due_at == expected
 
@@ -196,11 +255,25 @@ def test_due_at_day_in_a_western_org(world):
     assert new_issue(actor, "T", due_at="2026-12-01").due_at == datetime(2026, 12, 2, 4, 59, 59, 999000, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("value", [
-    -1, -1_800_000_000_000, "-1800000000000", 10**20, 1_700_000_000,  # seconds read as ms: 1970
-    "9999-12-31", "1999-12-31", "1999-12-31T23:00:00Z", "2026-02-30", "tomorrow", "2027-13-01",
-    True, [2027], 1e30,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        -1,
+        -1_800_000_000_000,
+        "-1800000000000",
+        10**20,
+        1_700_000_000,  # seconds read as ms: 1970
+        "9999-12-31",
+        "1999-12-31",
+        "1999-12-31T23:00:00Z",
+        "2026-02-30",
+        "tomorrow",
+        "2027-13-01",
+        True,
+        [2027],
+        1e30,
+    ],
+)
 def test_negative_or_absurd_due_at_is_refused(world, unchanged, value):
     refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", due_at=value), field="dueAt")
 
@@ -213,6 +286,7 @@ def test_due_at_can_be_cleared_by_an_edit(world):
 
 # --- statuses --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("status", ["doing", "review", "done", "canceled", "open"])
 def test_a_new_issue_starts_as_todo_or_blocked(world, unchanged, status):
     refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "T", status=status), field="status")
@@ -220,17 +294,28 @@ def test_a_new_issue_starts_as_todo_or_blocked(world, unchanged, status):
 
 def test_unknown_status_on_edit_is_refused(world, unchanged):
     issue = new_issue(world.a, "T")
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: issue_update(actor=world.a, identifier=issue.identifier, status="wontfix"), field="status")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier=issue.identifier, status="wontfix"),
+        field="status",
+    )
 
 
 def test_cancel_requires_a_cancel_reason(world, unchanged):
     issue = new_issue(world.a, "T")
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: issue_update(actor=world.a, identifier=issue.identifier, status="canceled"), field="cancelReason")
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: issue_update(actor=world.a, identifier=issue.identifier, status="canceled", cancel_reason="  "),
-            field="cancelReason")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier=issue.identifier, status="canceled"),
+        field="cancelReason",
+    )
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier=issue.identifier, status="canceled", cancel_reason="  "),
+        field="cancelReason",
+    )
 
 
 def test_cancel_with_a_reason_closes_and_reopen_clears_it(world):
@@ -252,8 +337,12 @@ def test_blocked_status_is_manual_and_never_dispatched(world, unchanged):
     # then no pull hands it out, and a direct claim is refused
     assert leases.next_issue(actor=world.a)["issue"] is None
     assert leases.next_batch(actor=world.a)["issues"] == []
-    refused(unchanged, "NOT_ELIGIBLE:blocked",
-            lambda: leases.claim_issue(actor=world.a, identifier=issue.identifier), status="blocked")
+    refused(
+        unchanged,
+        "NOT_ELIGIBLE:blocked",
+        lambda: leases.claim_issue(actor=world.a, identifier=issue.identifier),
+        status="blocked",
+    )
     # when a human clears the flag it is dispatched
     issue_update(actor=world.a, identifier=issue.identifier, status="todo")
     assert leases.next_issue(actor=world.a)["issue"]["identifier"] == issue.identifier
@@ -273,10 +362,16 @@ def test_blocked_status_is_never_cleared_automatically(world):
 
 # --- containers and parents ------------------------------------------------------------
 
+
 def test_containers_are_never_dispatched_and_claim_says_not_work(world, unchanged):
     container = new_issue(world.a, "Epic", work=False, priority=1)
     assert leases.next_issue(actor=world.a) == {
-        "issue": None, "ready": 0, "otherLanes": 0, "blocked": 0, "claimed": 0, "awaitingTriage": 0,
+        "issue": None,
+        "ready": 0,
+        "otherLanes": 0,
+        "blocked": 0,
+        "claimed": 0,
+        "awaitingTriage": 0,
     }
     assert leases.next_batch(actor=world.a, all_lanes=True) == {"issues": []}
     refused(unchanged, "NOT_WORK", lambda: leases.claim_issue(actor=world.a, identifier=container.identifier))
@@ -284,8 +379,7 @@ def test_containers_are_never_dispatched_and_claim_says_not_work(world, unchange
 
 def test_parent_must_be_a_container(world, unchanged):
     work_item = new_issue(world.a, "Work")
-    refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "Child", parent=work_item.identifier),
-            field="parent")
+    refused(unchanged, "INVALID_ARGUMENT", lambda: new_issue(world.a, "Child", parent=work_item.identifier), field="parent")
 
 
 @pytest.mark.parametrize("parent", ["ACME-42", "GLX-1", "not an id"])
@@ -310,11 +404,16 @@ def test_a_container_cannot_be_its_own_ancestor(world, unchanged):
 def test_a_parent_cannot_become_a_work_item_container_rule_on_edit(world, unchanged):
     epic = new_issue(world.a, "Epic", work=False)
     item = new_issue(world.a, "Item")
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: issue_update(actor=world.a, identifier=epic.identifier, parent=item.identifier), field="parent")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier=epic.identifier, parent=item.identifier),
+        field="parent",
+    )
 
 
 # --- edits and the claim fence ---------------------------------------------------------
+
 
 def test_edit_of_an_unheld_issue_needs_no_claim(world):
     issue = new_issue(world.a, "Old title", priority=4)
@@ -336,9 +435,12 @@ def test_edits_of_a_held_issue_need_the_holders_token(world, unchanged):
     issue = new_issue(world.a, "Held")
     claim = leases.claim_issue(actor=world.a, identifier=issue.identifier)
     # another principal cannot edit it
-    err = refused(unchanged, "CLAIM_MISMATCH",
-                  lambda: issue_update(actor=world.b, identifier=issue.identifier, title="Mine now"),
-                  reason="holder-only-writes")
+    err = refused(
+        unchanged,
+        "CLAIM_MISMATCH",
+        lambda: issue_update(actor=world.b, identifier=issue.identifier, title="Mine now"),
+        reason="holder-only-writes",
+    )
     assert err.http_status == 403
     # the holder without its token cannot either
     refused(unchanged, "CLAIM_MISMATCH", lambda: issue_update(actor=world.a, identifier=issue.identifier, title="x"))
@@ -370,8 +472,12 @@ def test_an_unheld_doing_issue_is_claimable(world):
 def test_a_held_issue_cannot_become_a_container(world, unchanged):
     issue = new_issue(world.a, "Held")
     claim = leases.claim_issue(actor=world.a, identifier=issue.identifier)
-    refused(unchanged, "INVALID_ARGUMENT", lambda: issue_update(
-        actor=world.a, identifier=issue.identifier, work=False, claim_token=claim["claimToken"]), field="work")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier=issue.identifier, work=False, claim_token=claim["claimToken"]),
+        field="work",
+    )
 
 
 def test_a_human_in_the_dash_can_finish_without_a_claim(world):
@@ -388,6 +494,7 @@ def test_an_agent_cannot_finish_without_a_claim(world, unchanged):
 
 
 # --- tenancy ---------------------------------------------------------------------------
+
 
 def test_another_orgs_issue_reads_as_not_found(world, unchanged):
     ours = new_issue(world.a, "Ours")

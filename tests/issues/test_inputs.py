@@ -22,21 +22,30 @@ def bad(field, call):
 
 # --- text ------------------------------------------------------------------------------
 
+
 def test_text_strips_and_allows_missing():
     assert inputs.text("  hello  ", "title") == "hello"
     assert inputs.text(None, "body") is None
     assert inputs.text("", "body") == ""
 
 
-@pytest.mark.parametrize("value, kwargs", [
-    (None, {"required": True}), ("   ", {"required": True}), (5, {}), (["a"], {}),
-    ("x" * 11, {"limit": 10}), ("a\nb", {"one_line": True}),
-])
+@pytest.mark.parametrize(
+    "value, kwargs",
+    [
+        (None, {"required": True}),
+        ("   ", {"required": True}),
+        (5, {}),
+        (["a"], {}),
+        ("x" * 11, {"limit": 10}),
+        ("a\nb", {"one_line": True}),
+    ],
+)
 def test_text_refusals(value, kwargs):
     bad("title", lambda: inputs.text(value, "title", **kwargs))
 
 
 # --- boolean, priority -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value, expected", [(True, True), (False, False), ("true", True), ("FALSE", False)])
 def test_boolean(value, expected):
@@ -60,6 +69,7 @@ def test_priority_refusals(value):
 
 # --- due -------------------------------------------------------------------------------
 
+
 def test_due_empty_is_none():
     assert inputs.due(None, org_timezone="UTC") is None
     assert inputs.due("", org_timezone="UTC") is None
@@ -81,12 +91,15 @@ def test_due_naive_datetime_in_org_zone():
     assert inputs.due("2027-06-01 10:00", org_timezone="UTC") == datetime(2027, 6, 1, 10, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("tz, expected", [
-    ("UTC", datetime(2026, 12, 1, 23, 59, 59, 999000, tzinfo=UTC)),
-    ("Asia/Shanghai", datetime(2026, 12, 1, 15, 59, 59, 999000, tzinfo=UTC)),
-    ("America/Los_Angeles", datetime(2026, 12, 2, 7, 59, 59, 999000, tzinfo=UTC)),
-    ("Pacific/Kiritimati", datetime(2026, 12, 1, 9, 59, 59, 999000, tzinfo=UTC)),  # UTC+14
-])
+@pytest.mark.parametrize(
+    "tz, expected",
+    [
+        ("UTC", datetime(2026, 12, 1, 23, 59, 59, 999000, tzinfo=UTC)),
+        ("Asia/Shanghai", datetime(2026, 12, 1, 15, 59, 59, 999000, tzinfo=UTC)),
+        ("America/Los_Angeles", datetime(2026, 12, 2, 7, 59, 59, 999000, tzinfo=UTC)),
+        ("Pacific/Kiritimati", datetime(2026, 12, 1, 9, 59, 59, 999000, tzinfo=UTC)),  # UTC+14
+    ],
+)
 def test_due_day_is_end_of_day_in_org_zone(tz, expected):
     assert inputs.due("2026-12-01", org_timezone=tz) == expected
 
@@ -96,12 +109,32 @@ def test_due_day_across_a_dst_change():
     assert inputs.due("2027-03-14", org_timezone="America/New_York") == datetime(2027, 3, 15, 3, 59, 59, 999000, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("value", [
-    -1, "-1", -1_800_000_000_000, "-1800000000000", 10**20, str(10**20), 1e300, float("inf"), float("nan"),
-    1_700_000_000,  # seconds, read as milliseconds: January 1970
-    0, "1999-12-31", "9999-12-31", "2026-02-30", "2027-13-01", "not a date", "2027-01-01T25:00:00",
-    True, False, ["2027-01-01"], {"at": 1},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        -1,
+        "-1",
+        -1_800_000_000_000,
+        "-1800000000000",
+        10**20,
+        str(10**20),
+        1e300,
+        float("inf"),
+        float("nan"),
+        1_700_000_000,  # seconds, read as milliseconds: January 1970
+        0,
+        "1999-12-31",
+        "9999-12-31",
+        "2026-02-30",
+        "2027-13-01",
+        "not a date",
+        "2027-01-01T25:00:00",
+        True,
+        False,
+        ["2027-01-01"],
+        {"at": 1},
+    ],
+)
 def test_due_refusals(value):
     bad("dueAt", lambda: inputs.due(value, org_timezone="UTC"))
 
@@ -119,6 +152,7 @@ def test_due_in_the_past_but_after_2000_is_allowed():
 
 
 # --- lists, evidence -------------------------------------------------------------------
+
 
 def test_string_list():
     assert inputs.string_list(None, "labels") == []
@@ -146,6 +180,7 @@ def test_evidence_refusals(value):
 
 
 # --- color, url ------------------------------------------------------------------------
+
 
 def test_color():
     assert inputs.color(None) == "#6b7280"

@@ -47,17 +47,25 @@ def to_review(w, identifier):
 
 # --- kinds -----------------------------------------------------------------------------
 
+
 def test_blocks_edge_blocks_its_target(world, unchanged):
     a, b = new_issue(world.a, "A"), new_issue(world.a, "B")
     assert relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-2", type="blocks") == {
-        "source": "ACME-1", "target": "ACME-2", "type": "blocks", "created": True,
+        "source": "ACME-1",
+        "target": "ACME-2",
+        "type": "blocks",
+        "created": True,
     }
     assert shape(world.a, b.identifier)["blockedBy"] == ["ACME-1"]
     assert shape(world.a, b.identifier)["blockedByOpen"] == ["ACME-1"]
     assert shape(world.a, a.identifier)["blocks"] == ["ACME-2"]
     assert dispatchable(world.a) == ["ACME-1"]
-    refused(unchanged, "BLOCKED", lambda: leases.claim_issue(actor=world.a, identifier="ACME-2"),
-            blockers=[{"identifier": "ACME-1", "status": "todo"}])
+    refused(
+        unchanged,
+        "BLOCKED",
+        lambda: leases.claim_issue(actor=world.a, identifier="ACME-2"),
+        blockers=[{"identifier": "ACME-1", "status": "todo"}],
+    )
     # both ends carry a receipt
     assert Activity.objects.filter(verb="relation_added").count() == 2
 
@@ -66,7 +74,10 @@ def test_blocked_by_is_the_same_edge_seen_from_the_other_end(world):
     new_issue(world.a, "A")
     new_issue(world.a, "B")
     assert relation_add(actor=world.a, source_id="ACME-2", target_id="ACME-1", type="blocked_by") == {
-        "source": "ACME-1", "target": "ACME-2", "type": "blocks", "created": True,
+        "source": "ACME-1",
+        "target": "ACME-2",
+        "type": "blocks",
+        "created": True,
     }
     assert list(Relation.objects.values_list("source__number", "target__number", "type")) == [(1, 2, "blocks")]
     # adding it again either way is a no-op
@@ -89,8 +100,12 @@ def test_related_and_duplicate_never_block(world, kind):
 def test_unknown_relation_type_is_refused(world, unchanged):
     new_issue(world.a, "A")
     new_issue(world.a, "B")
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-2", type="parent"), field="type")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-2", type="parent"),
+        field="type",
+    )
 
 
 @pytest.mark.parametrize("kind", ["blocks", "blocked_by", "related", "duplicate"])
@@ -102,22 +117,19 @@ def test_an_issue_cannot_relate_to_itself(world, unchanged, kind):
 def test_relations_to_another_orgs_issue_are_not_found(world, unchanged):
     new_issue(world.a, "Ours")
     new_issue(world.x, "Theirs")
-    refused(unchanged, "NOT_FOUND",
-            lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="GLX-1", type="blocks"))
-    refused(unchanged, "NOT_FOUND",
-            lambda: relation_add(actor=world.x, source_id="GLX-1", target_id="ACME-1", type="related"))
-    refused(unchanged, "NOT_FOUND",
-            lambda: relation_remove(actor=world.x, source_id="ACME-1", target_id="GLX-1", type="blocks"))
+    refused(unchanged, "NOT_FOUND", lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="GLX-1", type="blocks"))
+    refused(unchanged, "NOT_FOUND", lambda: relation_add(actor=world.x, source_id="GLX-1", target_id="ACME-1", type="related"))
+    refused(unchanged, "NOT_FOUND", lambda: relation_remove(actor=world.x, source_id="ACME-1", target_id="GLX-1", type="blocks"))
 
 
 # --- cycles ----------------------------------------------------------------------------
+
 
 def test_two_node_cycle_is_refused(world, unchanged):
     new_issue(world.a, "A")
     new_issue(world.a, "B", blocked_by=["ACME-1"])
     refused(unchanged, "CYCLE", lambda: relation_add(actor=world.a, source_id="ACME-2", target_id="ACME-1", type="blocks"))
-    refused(unchanged, "CYCLE",
-            lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-2", type="blocked_by"))
+    refused(unchanged, "CYCLE", lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-2", type="blocked_by"))
 
 
 def test_three_node_cycle_is_refused(world, unchanged):
@@ -127,8 +139,7 @@ def test_three_node_cycle_is_refused(world, unchanged):
     new_issue(world.a, "C", blocked_by=["ACME-2"])
     # when C would block A, the loop is refused, whichever end says it
     refused(unchanged, "CYCLE", lambda: relation_add(actor=world.a, source_id="ACME-3", target_id="ACME-1", type="blocks"))
-    refused(unchanged, "CYCLE",
-            lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-3", type="blocked_by"))
+    refused(unchanged, "CYCLE", lambda: relation_add(actor=world.a, source_id="ACME-1", target_id="ACME-3", type="blocked_by"))
     refused(unchanged, "CYCLE", lambda: issue_update(actor=world.a, identifier="ACME-1", blocked_by=["ACME-3"]))
 
 
@@ -148,6 +159,7 @@ def test_a_diamond_is_not_a_cycle(world):
 
 
 # --- what unblocks ---------------------------------------------------------------------
+
 
 def test_only_done_or_canceled_unblock(world):
     new_issue(world.a, "Blocker")
@@ -180,8 +192,12 @@ def test_review_keeps_blocking(world, unchanged):
     new_issue(world.a, "Waiting", blocked_by=["ACME-1"])
     to_review(world, "ACME-1")
     assert Issue.objects.get(number=1, project=world.project).status == "review"
-    refused(unchanged, "BLOCKED", lambda: leases.claim_issue(actor=world.b, identifier="ACME-2"),
-            blockers=[{"identifier": "ACME-1", "status": "review"}])
+    refused(
+        unchanged,
+        "BLOCKED",
+        lambda: leases.claim_issue(actor=world.b, identifier="ACME-2"),
+        blockers=[{"identifier": "ACME-1", "status": "review"}],
+    )
     # the reviewer is handed the review, never the waiting issue
     claim = leases.next_issue(actor=world.b)
     assert claim["issue"]["identifier"] == "ACME-1"
@@ -204,7 +220,10 @@ def test_remove_relation_unblocks(world):
     new_issue(world.a, "Blocker")
     new_issue(world.a, "Waiting", blocked_by=["ACME-1"])
     assert relation_remove(actor=world.a, source_id="ACME-1", target_id="ACME-2", type="blocks") == {
-        "source": "ACME-1", "target": "ACME-2", "type": "blocks", "removed": True,
+        "source": "ACME-1",
+        "target": "ACME-2",
+        "type": "blocks",
+        "removed": True,
     }
     assert Relation.objects.count() == 0
     assert dispatchable(world.a) == ["ACME-1", "ACME-2"]

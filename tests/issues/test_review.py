@@ -44,6 +44,7 @@ def submitted(w):
 
 # --- submitting ------------------------------------------------------------------------
 
+
 def test_submit_for_review_frees_the_authors_lease(world, clock):
     token = claimed_with_handoff(world)
     issue_update(actor=world.a, identifier="ACME-1", status="review", claim_token=token)
@@ -69,8 +70,11 @@ def test_submit_needs_a_claim(world, unchanged):
 @pytest.mark.parametrize("assignee", [None, "me"])
 def test_submit_needs_a_reviewer_other_than_the_author(world, unchanged, assignee):
     token = claimed_with_handoff(world, assignee=assignee)
-    err = refused(unchanged, "REVIEWER_REQUIRED", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="review", claim_token=token))
+    err = refused(
+        unchanged,
+        "REVIEWER_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="review", claim_token=token),
+    )
     assert err.as_dict()["tellHuman"] == "Assign a reviewer to ACME-1."
     assert err.http_status == 422
 
@@ -78,14 +82,20 @@ def test_submit_needs_a_reviewer_other_than_the_author(world, unchanged, assigne
 def test_submit_needs_an_active_reviewer(world, unchanged):
     token = claimed_with_handoff(world)
     Membership.objects.filter(org=world.org, user=world.member).update(status=Membership.Status.SUSPENDED)
-    refused(unchanged, "REVIEWER_REQUIRED", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="review", claim_token=token))
+    refused(
+        unchanged,
+        "REVIEWER_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="review", claim_token=token),
+    )
 
 
 def test_submit_needs_a_handoff(world, unchanged):
     token = claimed_with_handoff(world, note=None)
-    refused(unchanged, "HANDOFF_REQUIRED", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="review", claim_token=token))
+    refused(
+        unchanged,
+        "HANDOFF_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="review", claim_token=token),
+    )
 
 
 def test_submit_with_the_reviewer_assigned_in_the_same_call(world):
@@ -98,13 +108,17 @@ def test_submit_needs_acceptance_evidence(world, unchanged):
     new_issue(world.a, "T", assignee=world.member.email, acceptance=["tests pass"])
     token = leases.claim_issue(actor=world.a, identifier="ACME-1")["claimToken"]
     leases.checkpoint(actor=world.a, identifier="ACME-1", note="handoff", claim_token=token)
-    refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="review", claim_token=token))
+    refused(
+        unchanged,
+        "ACCEPTANCE_EVIDENCE_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="review", claim_token=token),
+    )
     issue_update(actor=world.a, identifier="ACME-1", status="review", claim_token=token, evidence=["ci green"])
     assert row().status == "review"
 
 
 # --- the author cannot review ----------------------------------------------------------
+
 
 def test_the_author_cannot_claim_the_review(world, unchanged):
     submitted(world)
@@ -126,11 +140,16 @@ def test_the_author_cannot_promote_or_send_back(world, unchanged):
     human = actor_for_human(user=world.owner, org=world.org)
     comment_create(actor=human, issue="ACME-1", body="looks fine to me")
     for actor in (world.a, human):
-        refused(unchanged, "AUTHOR_CANNOT_REVIEW", lambda actor=actor: issue_update(actor=actor, identifier="ACME-1", status="done"))
-        refused(unchanged, "AUTHOR_CANNOT_REVIEW", lambda actor=actor: issue_update(actor=actor, identifier="ACME-1", status="todo"))
+        refused(
+            unchanged, "AUTHOR_CANNOT_REVIEW", lambda actor=actor: issue_update(actor=actor, identifier="ACME-1", status="done")
+        )
+        refused(
+            unchanged, "AUTHOR_CANNOT_REVIEW", lambda actor=actor: issue_update(actor=actor, identifier="ACME-1", status="todo")
+        )
 
 
 # --- reviewing -------------------------------------------------------------------------
+
 
 def test_reviewer_claims_and_promotes_to_done(world, clock):
     submitted(world)
@@ -162,17 +181,26 @@ def test_a_human_reviewer_promotes_from_the_dash(world):
 def test_send_back_needs_a_comment(world, unchanged):
     submitted(world)
     token = leases.claim_issue(actor=world.b, identifier="ACME-1")["claimToken"]
-    refused(unchanged, "REVIEW_COMMENT_REQUIRED", lambda: issue_update(
-        actor=world.b, identifier="ACME-1", status="todo", claim_token=token))
+    refused(
+        unchanged,
+        "REVIEW_COMMENT_REQUIRED",
+        lambda: issue_update(actor=world.b, identifier="ACME-1", status="todo", claim_token=token),
+    )
     # the author's comment does not count
     comment_create(actor=world.a, issue="ACME-1", body="please approve")
-    refused(unchanged, "REVIEW_COMMENT_REQUIRED", lambda: issue_update(
-        actor=world.b, identifier="ACME-1", status="todo", claim_token=token))
+    refused(
+        unchanged,
+        "REVIEW_COMMENT_REQUIRED",
+        lambda: issue_update(actor=world.b, identifier="ACME-1", status="todo", claim_token=token),
+    )
     # nor does a retracted one
     mine = comment_create(actor=world.b, issue="ACME-1", body="hmm")
     comment_retract(actor=world.b, comment=str(mine.pk), note="wrong issue")
-    refused(unchanged, "REVIEW_COMMENT_REQUIRED", lambda: issue_update(
-        actor=world.b, identifier="ACME-1", status="todo", claim_token=token))
+    refused(
+        unchanged,
+        "REVIEW_COMMENT_REQUIRED",
+        lambda: issue_update(actor=world.b, identifier="ACME-1", status="todo", claim_token=token),
+    )
 
 
 def test_send_back_after_commenting(world):
@@ -207,8 +235,12 @@ def test_a_comment_from_an_earlier_review_round_does_not_count(world, clock):
 def test_a_review_ends_in_done_or_todo(world, unchanged, status):
     submitted(world)
     token = leases.claim_issue(actor=world.b, identifier="ACME-1")["claimToken"]
-    refused(unchanged, "INVALID_ARGUMENT", lambda: issue_update(
-        actor=world.b, identifier="ACME-1", status=status, claim_token=token), field="status")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.b, identifier="ACME-1", status=status, claim_token=token),
+        field="status",
+    )
 
 
 def test_a_released_review_stays_in_review(world):
@@ -233,7 +265,11 @@ def test_an_expired_review_claim_stays_in_review(world, clock):
 def test_only_the_reviewer_writes_to_a_held_review(world, unchanged):
     submitted(world)
     leases.claim_issue(actor=world.b, identifier="ACME-1")
-    refused(unchanged, "CLAIM_MISMATCH", lambda: issue_update(actor=world.a, identifier="ACME-1", priority=1),
-            reason="holder-only-writes")
+    refused(
+        unchanged,
+        "CLAIM_MISMATCH",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", priority=1),
+        reason="holder-only-writes",
+    )
     second_key = make_agent(world.org, world.member, world.project, runtime="ci").actor
     refused(unchanged, "HELD", lambda: leases.claim_issue(actor=second_key, identifier="ACME-1"))

@@ -51,6 +51,7 @@ def live_claims() -> int:
 
 # --- order -----------------------------------------------------------------------------
 
+
 def test_order_is_effective_rank_then_oldest_created(world, clock):
     # given issues filed a second apart, in scrambled priority
     for title, priority in [("low", 4), ("none", 0), ("medium", 3), ("urgent-old", 1), ("high", 2), ("urgent-new", 1)]:
@@ -140,6 +141,7 @@ def test_an_urgent_todo_sorts_ahead_of_a_review(world, clock):
 
 # --- lanes -----------------------------------------------------------------------------
 
+
 def test_lanes_own_and_unassigned_never_a_teammates(world, clock):
     new_issue(world.a, "member's", priority=1, assignee=world.member.email)
     clock.advance(seconds=1)
@@ -150,7 +152,12 @@ def test_lanes_own_and_unassigned_never_a_teammates(world, clock):
     assert pulled(leases.next_issue(actor=world.a)) == "ACME-3"
     # then only the teammate's issue is left, and it is not handed out
     assert leases.next_issue(actor=world.a) == {
-        "issue": None, "ready": 0, "otherLanes": 1, "blocked": 0, "claimed": 2, "awaitingTriage": 0,
+        "issue": None,
+        "ready": 0,
+        "otherLanes": 1,
+        "blocked": 0,
+        "claimed": 2,
+        "awaitingTriage": 0,
     }
     assert leases.next_batch(actor=world.a) == {"issues": []}
     # the teammate gets it
@@ -186,12 +193,18 @@ def test_empty_pull_counts(world):
     # when the owner's agent pulls, then nothing is handed out and the counts say why
     before = live_claims()
     assert leases.next_issue(actor=world.a) == {
-        "issue": None, "ready": 0, "otherLanes": 1, "blocked": 2, "claimed": 1, "awaitingTriage": 1,
+        "issue": None,
+        "ready": 0,
+        "otherLanes": 1,
+        "blocked": 2,
+        "claimed": 1,
+        "awaitingTriage": 1,
     }
     assert live_claims() == before
 
 
 # --- claim_issue refusals --------------------------------------------------------------
+
 
 def test_awaiting_triage_is_refused(world, unchanged):
     issue_create(actor=world.a, title="from github", work=True, no_dependency="external", awaiting_triage=True)
@@ -199,8 +212,7 @@ def test_awaiting_triage_is_refused(world, unchanged):
     err = refused(unchanged, "AWAITING_TRIAGE", lambda: leases.claim_issue(actor=world.a, identifier="ACME-1"))
     assert err.as_dict()["tellHuman"] == "Triage ACME-1 in the Dash."
     # an agent cannot lift the quarantine itself
-    err = refused(unchanged, "FORBIDDEN",
-                  lambda: issue_update(actor=world.a, identifier="ACME-1", awaiting_triage=False))
+    err = refused(unchanged, "FORBIDDEN", lambda: issue_update(actor=world.a, identifier="ACME-1", awaiting_triage=False))
     assert err.as_dict()["tellHuman"] == "Triage ACME-1 in the Dash."
     # once a human signs it off it is dispatched
     from apps.orgs.services import actor_for_human
@@ -225,7 +237,8 @@ def test_blocked_carries_the_open_blockers(world, unchanged):
     leases.claim_issue(actor=world.b, identifier="ACME-2")
     err = refused(unchanged, "BLOCKED", lambda: leases.claim_issue(actor=world.a, identifier="ACME-4"))
     assert err.details["blockers"] == [
-        {"identifier": "ACME-1", "status": "todo"}, {"identifier": "ACME-2", "status": "doing"},
+        {"identifier": "ACME-1", "status": "todo"},
+        {"identifier": "ACME-2", "status": "doing"},
     ]
     assert err.http_status == 409
 
@@ -233,8 +246,7 @@ def test_blocked_carries_the_open_blockers(world, unchanged):
 def test_held_by_another(world, unchanged, clock):
     new_issue(world.a, "T")
     claim = leases.claim_issue(actor=world.b, identifier="ACME-1")
-    err = refused(unchanged, "HELD", lambda: leases.claim_issue(actor=world.a, identifier="ACME-1"),
-                  heldBy=world.member.email)
+    err = refused(unchanged, "HELD", lambda: leases.claim_issue(actor=world.a, identifier="ACME-1"), heldBy=world.member.email)
     assert err.details["expiresAt"] == Issue.objects.get(pk=Claim.objects.get().issue_id).lease_expires_at.isoformat()
     # even the holder's principal cannot claim it twice
     refused(unchanged, "HELD", lambda: leases.claim_issue(actor=world.b, identifier="ACME-1"))
@@ -248,8 +260,9 @@ def test_not_eligible_statuses(world, unchanged, status):
         finish(world.a, "ACME-1")
     else:
         issue_update(actor=world.a, identifier="ACME-1", status=status, cancel_reason="x" if status == "canceled" else None)
-    err = refused(unchanged, f"NOT_ELIGIBLE:{status}", lambda: leases.claim_issue(actor=world.a, identifier="ACME-1"),
-                  status=status)
+    err = refused(
+        unchanged, f"NOT_ELIGIBLE:{status}", lambda: leases.claim_issue(actor=world.a, identifier="ACME-1"), status=status
+    )
     assert err.http_status == 409
 
 
@@ -290,6 +303,7 @@ def test_expired_claims_do_not_count_against_the_cap(world, clock):
 
 
 # --- next_batch ------------------------------------------------------------------------
+
 
 def test_next_batch_peek_changes_no_claims(world, clock):
     for n, priority in enumerate([3, 1, 2]):

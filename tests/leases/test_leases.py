@@ -40,11 +40,20 @@ def verbs(identifier="ACME-1") -> list[str]:
 
 # --- the claim answer ------------------------------------------------------------------
 
+
 def test_claim_answer(world, clock):
     new_issue(world.a, "Fix the login bug!", priority=2)
     claim = leases.next_issue(actor=world.a)
-    assert set(claim) == {"issue", "claimToken", "claimExpiresAt", "branch", "resumed", "checkpoint",
-                          "checkpointBy", "reclaimCount"}
+    assert set(claim) == {
+        "issue",
+        "claimToken",
+        "claimExpiresAt",
+        "branch",
+        "resumed",
+        "checkpoint",
+        "checkpointBy",
+        "reclaimCount",
+    }
     assert claim["claimToken"].startswith("rtclm_") and len(claim["claimToken"]) > 40
     assert claim["claimExpiresAt"] == iso(clock.now + LEASE)
     assert claim["branch"] == "acme-1/fix-the-login-bug"
@@ -79,12 +88,14 @@ def test_claims_of_one_key_are_distinct(world):
 
 # --- renewal ---------------------------------------------------------------------------
 
+
 def test_heartbeat_renews(world, clock, unchanged):
     new_issue(world.a, "T")
     token = leases.next_issue(actor=world.a)["claimToken"]
     clock.advance(minutes=20)
     assert leases.heartbeat(actor=world.a, identifier="ACME-1", claim_token=token) == {
-        "identifier": "ACME-1", "claimExpiresAt": iso(clock.now + LEASE),
+        "identifier": "ACME-1",
+        "claimExpiresAt": iso(clock.now + LEASE),
     }
     assert row().lease_expires_at == clock.now + LEASE
     assert Claim.objects.get().expires_at == clock.now + LEASE
@@ -98,7 +109,9 @@ def test_checkpoint_renews_and_is_the_latest_handoff(world, clock):
     token = leases.next_issue(actor=world.a)["claimToken"]
     clock.advance(minutes=29)
     assert leases.checkpoint(actor=world.a, identifier="ACME-1", note="step 1 done", claim_token=token) == {
-        "identifier": "ACME-1", "checkpoint": "step 1 done", "claimExpiresAt": iso(clock.now + LEASE),
+        "identifier": "ACME-1",
+        "checkpoint": "step 1 done",
+        "claimExpiresAt": iso(clock.now + LEASE),
     }
     leases.checkpoint(actor=world.a, identifier="ACME-1", note="step 2 done", claim_token=token)
     assert row().checkpoint.note == "step 2 done"
@@ -116,18 +129,25 @@ def test_an_edit_does_not_renew(world, clock):
 def test_checkpoint_note_is_required(world, unchanged):
     new_issue(world.a, "T")
     token = leases.next_issue(actor=world.a)["claimToken"]
-    refused(unchanged, "INVALID_ARGUMENT",
-            lambda: leases.checkpoint(actor=world.a, identifier="ACME-1", note="  ", claim_token=token), field="note")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: leases.checkpoint(actor=world.a, identifier="ACME-1", note="  ", claim_token=token),
+        field="note",
+    )
 
 
 # --- release ---------------------------------------------------------------------------
+
 
 def test_release_frees_and_keeps_the_checkpoint(world):
     new_issue(world.a, "T")
     token = leases.next_issue(actor=world.a)["claimToken"]
     leases.checkpoint(actor=world.a, identifier="ACME-1", note="half way", claim_token=token)
     assert leases.release_issue(actor=world.a, identifier="ACME-1", claim_token=token) == {
-        "identifier": "ACME-1", "status": "todo", "released": True,
+        "identifier": "ACME-1",
+        "status": "todo",
+        "released": True,
     }
     issue = row()
     assert (issue.status, issue.lease_claim_id, issue.lease_expires_at) == ("todo", None, None)
@@ -136,7 +156,11 @@ def test_release_frees_and_keeps_the_checkpoint(world):
     # the next holder resumes from it
     claim = leases.next_issue(actor=world.b)
     assert (claim["resumed"], claim["checkpoint"], claim["checkpointBy"], claim["reclaimCount"]) == (
-        True, "half way", world.owner.email, 0)
+        True,
+        "half way",
+        world.owner.email,
+        0,
+    )
 
 
 def test_release_with_a_note_writes_the_checkpoint(world):
@@ -156,6 +180,7 @@ def test_a_released_token_is_lost(world, unchanged):
 
 
 # --- resume door -----------------------------------------------------------------------
+
 
 def test_resume_with_own_live_token_rebinds_to_a_session_key(world, clock):
     new_issue(world.a, "T")
@@ -187,7 +212,9 @@ def test_after_a_rebind_the_old_session_is_superseded(world, unchanged):
     leases.claim_issue(actor=session, identifier="ACME-1", claim_token=token)
 
     refused(unchanged, "CLAIM_LOST", lambda: leases.heartbeat(actor=world.a, identifier="ACME-1", claim_token=token))
-    refused(unchanged, "CLAIM_LOST", lambda: leases.checkpoint(actor=world.a, identifier="ACME-1", note="late", claim_token=token))
+    refused(
+        unchanged, "CLAIM_LOST", lambda: leases.checkpoint(actor=world.a, identifier="ACME-1", note="late", claim_token=token)
+    )
     refused(unchanged, "CLAIM_LOST", lambda: leases.release_issue(actor=world.a, identifier="ACME-1", claim_token=token))
     # the old session can take it back through the same door
     back = leases.claim_issue(actor=world.a, identifier="ACME-1", claim_token=token)
@@ -197,9 +224,12 @@ def test_after_a_rebind_the_old_session_is_superseded(world, unchanged):
 def test_resume_with_another_principals_token_is_a_mismatch(world, unchanged):
     new_issue(world.a, "T")
     token = leases.next_issue(actor=world.a)["claimToken"]
-    refused(unchanged, "CLAIM_MISMATCH",
-            lambda: leases.claim_issue(actor=world.b, identifier="ACME-1", claim_token=token),
-            reason="holder-only-writes")
+    refused(
+        unchanged,
+        "CLAIM_MISMATCH",
+        lambda: leases.claim_issue(actor=world.b, identifier="ACME-1", claim_token=token),
+        reason="holder-only-writes",
+    )
 
 
 def test_resume_with_an_expired_token_is_lost(world, clock, unchanged):
@@ -214,6 +244,7 @@ def test_resume_with_an_expired_token_is_lost(world, clock, unchanged):
 
 # --- expiry and reclaim ----------------------------------------------------------------
 
+
 def test_an_expired_lease_is_free_at_once_and_the_next_holder_resumes(world, clock):
     new_issue(world.a, "T")
     token = leases.next_issue(actor=world.a)["claimToken"]
@@ -224,7 +255,11 @@ def test_an_expired_lease_is_free_at_once_and_the_next_holder_resumes(world, clo
     # then the next agent is handed it, resuming from the checkpoint
     assert claim["issue"]["identifier"] == "ACME-1"
     assert (claim["resumed"], claim["checkpoint"], claim["checkpointBy"], claim["reclaimCount"]) == (
-        True, "tests written, impl next", world.owner.email, 1)
+        True,
+        "tests written, impl next",
+        world.owner.email,
+        1,
+    )
     assert claim["issue"]["reclaimCount"] == 1
     assert claim["issue"]["status"] == "doing"
     old, new = Claim.objects.order_by("pk")
@@ -265,8 +300,7 @@ def test_an_expired_holders_writes_are_lost_even_before_anyone_reclaims(world, c
     token = leases.next_issue(actor=world.a)["claimToken"]
     clock.advance(minutes=31)
     refused(unchanged, "CLAIM_LOST", lambda: leases.heartbeat(actor=world.a, identifier="ACME-1", claim_token=token))
-    refused(unchanged, "CLAIM_LOST", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="done", claim_token=token))
+    refused(unchanged, "CLAIM_LOST", lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token))
 
 
 def test_another_principals_writes_are_a_mismatch(world, unchanged):
@@ -290,8 +324,9 @@ def test_finishing_by_an_agent_without_a_claim(world, unchanged):
     new_issue(world.a, "T")
     refused(unchanged, "CLAIM_REQUIRED", lambda: issue_update(actor=world.a, identifier="ACME-1", status="done"))
     refused(unchanged, "CLAIM_REQUIRED", lambda: leases.heartbeat(actor=world.a, identifier="ACME-1", claim_token=""))
-    refused(unchanged, "CLAIM_REQUIRED",
-            lambda: leases.checkpoint(actor=world.a, identifier="ACME-1", note="n", claim_token=None))
+    refused(
+        unchanged, "CLAIM_REQUIRED", lambda: leases.checkpoint(actor=world.a, identifier="ACME-1", note="n", claim_token=None)
+    )
 
 
 def test_finishing_ends_the_claim_and_clears_the_checkpoint(world, clock):
@@ -313,15 +348,24 @@ CRITERIA = ["tests pass", "docs updated"]
 def test_acceptance_evidence_is_required(world, unchanged):
     new_issue(world.a, "T", acceptance=CRITERIA)
     token = leases.next_issue(actor=world.a)["claimToken"]
-    err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED",
-                  lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token))
+    err = refused(
+        unchanged,
+        "ACCEPTANCE_EVIDENCE_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token),
+    )
     assert err.details["missing"] == [{"index": 0, "criterion": "tests pass"}, {"index": 1, "criterion": "docs updated"}]
     assert err.http_status == 422
-    err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence=["ci green"]))
+    err = refused(
+        unchanged,
+        "ACCEPTANCE_EVIDENCE_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence=["ci green"]),
+    )
     assert err.details["missing"] == [{"index": 1, "criterion": "docs updated"}]
-    err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence={"1": "README"}))
+    err = refused(
+        unchanged,
+        "ACCEPTANCE_EVIDENCE_REQUIRED",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence={"1": "README"}),
+    )
     assert err.details["missing"] == [{"index": 0, "criterion": "tests pass"}]
 
 
@@ -345,18 +389,27 @@ def test_acceptance_evidence_by_index_across_calls(world):
 def test_malformed_evidence_is_refused(world, unchanged, evidence):
     new_issue(world.a, "T", acceptance=CRITERIA)
     token = leases.next_issue(actor=world.a)["claimToken"]
-    refused(unchanged, "INVALID_ARGUMENT", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence=evidence), field="evidence")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence=evidence),
+        field="evidence",
+    )
 
 
 def test_evidence_without_criteria_is_refused(world, unchanged):
     new_issue(world.a, "T")
     token = leases.next_issue(actor=world.a)["claimToken"]
-    refused(unchanged, "INVALID_ARGUMENT", lambda: issue_update(
-        actor=world.a, identifier="ACME-1", claim_token=token, evidence=["x"]), field="evidence")
+    refused(
+        unchanged,
+        "INVALID_ARGUMENT",
+        lambda: issue_update(actor=world.a, identifier="ACME-1", claim_token=token, evidence=["x"]),
+        field="evidence",
+    )
 
 
 # --- the reclaim job -------------------------------------------------------------------
+
 
 def test_reclaim_expired_job_is_idempotent(world, clock):
     for n in range(3):
@@ -368,7 +421,9 @@ def test_reclaim_expired_job_is_idempotent(world, clock):
     clock.advance(minutes=15)
     assert leases.reclaim_expired() == 2
     assert list(Issue.objects.order_by("number").values_list("status", "reclaim_count", "lease_claim_id")) == [
-        ("todo", 1, None), ("todo", 1, None), ("doing", 0, row("ACME-3").lease_claim_id),
+        ("todo", 1, None),
+        ("todo", 1, None),
+        ("doing", 0, row("ACME-3").lease_claim_id),
     ]
     assert row("ACME-3").lease_claim_id is not None
     receipts = Activity.objects.count()
@@ -391,6 +446,7 @@ def test_reclaimed_issue_is_dispatched_again_with_its_count(world, clock):
 
 
 # --- revoked keys ----------------------------------------------------------------------
+
 
 def test_a_revoked_key_is_unauthorized_and_its_claims_end(world, unchanged):
     new_issue(world.a, "T")
@@ -421,6 +477,7 @@ def test_unknown_keys_are_unauthorized(db, raw):
 
 
 # --- tenancy ---------------------------------------------------------------------------
+
 
 def test_lease_writes_on_another_orgs_issue_are_not_found(world, unchanged):
     new_issue(world.a, "T")

@@ -41,13 +41,17 @@ BOOT = ("bootstrap", "--org", "Demo Co", "--project", "demo", "--email", "Ada@Ex
 
 # --- bootstrap -------------------------------------------------------------------------
 
+
 def test_bootstrap_json_prints_exactly_the_spec_keys(db):
     result = run(*BOOT)
     base = settings.PUBLIC_URL
     assert set(result) == {"org", "project", "email", "agentKey", "mcpUrl", "apiUrl"}
     assert {k: v for k, v in result.items() if k != "agentKey"} == {
-        "org": "demo-co", "project": "DEMO", "email": "ada@example.com",
-        "mcpUrl": f"{base}/mcp", "apiUrl": f"{base}/api/v1/",
+        "org": "demo-co",
+        "project": "DEMO",
+        "email": "ada@example.com",
+        "mcpUrl": f"{base}/mcp",
+        "apiUrl": f"{base}/api/v1/",
     }
     assert result["agentKey"].startswith("rtsc_")
     # the key works, for the owner, in the project
@@ -90,10 +94,17 @@ def test_bootstrap_human_output_shows_the_key_once(db):
     assert "demo-co" in out.getvalue()
 
 
-@pytest.mark.parametrize("args", [
-    ("--project", "1X"), ("--project", "A"), ("--project", "TOOLONGPREFIX"),
-    ("--email", "not-an-email"), ("--lease-ttl", "1"), ("--runtime", "bad runtime!"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--project", "1X"),
+        ("--project", "A"),
+        ("--project", "TOOLONGPREFIX"),
+        ("--email", "not-an-email"),
+        ("--lease-ttl", "1"),
+        ("--runtime", "bad runtime!"),
+    ],
+)
 def test_bootstrap_refuses_bad_values_in_one_sentence(db, unchanged, args):
     base = dict(zip(BOOT[1::2], BOOT[2::2], strict=True))
     base[args[0]] = args[1]
@@ -106,12 +117,18 @@ def test_bootstrap_refuses_bad_values_in_one_sentence(db, unchanged, args):
 
 # --- mint_key --------------------------------------------------------------------------
 
+
 def test_mint_key_json(world):
     result = run("mint_key", "--org", world.org.slug, "--email", world.member.email, "--runtime", "cursor", "--label", "laptop")
     assert list(result) == ["agentKey"]
     actor = agent_key_authenticate(result["agentKey"])
     assert (actor.principal_id, actor.org.pk, actor.project.prefix, actor.runtime, actor.key.label) == (
-        world.member.pk, world.org.pk, "ACME", "cursor", "laptop")
+        world.member.pk,
+        world.org.pk,
+        "ACME",
+        "cursor",
+        "laptop",
+    )
 
 
 def test_mint_key_for_a_named_project(world):
@@ -144,6 +161,7 @@ def test_mint_key_refusals(world, unchanged, which):
 
 # --- add_member ------------------------------------------------------------------------
 
+
 def test_add_member(world):
     result = run("add_member", "--org", world.org.slug, "--email", "New@Acme.test")
     membership = Membership.objects.get(org=world.org, user__email="new@acme.test")
@@ -163,6 +181,7 @@ def test_add_member_with_a_bad_email(world, unchanged):
 
 
 # --- reclaim_expired -------------------------------------------------------------------
+
 
 def test_reclaim_expired_command(world, clock):
     new_issue(world.a, "T")

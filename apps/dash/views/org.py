@@ -48,7 +48,9 @@ def projects(request):
 @dash_view
 def project_create(request):
     try:
-        project = org_services.project_create_as(actor=request.actor, prefix=field(request, "prefix"), name=field(request, "name"))
+        project = org_services.project_create_as(
+            actor=request.actor, prefix=field(request, "prefix"), name=field(request, "name")
+        )
     except ServiceError as exc:
         return page_with_error(request, "dash/projects.html", _projects_context(request.actor), exc)
     messages.success(request, _("Created project %(prefix)s.") % {"prefix": project.prefix})

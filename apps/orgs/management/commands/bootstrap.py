@@ -17,8 +17,12 @@ class Command(RetascCommand):
 
     def run(self, **o):
         result = bootstrap(
-            org_name=o["org"], prefix=o["project"], email=o["email"], password=o["password"],
-            runtime=o["runtime"], lease_ttl=o["lease_ttl"],
+            org_name=o["org"],
+            prefix=o["project"],
+            email=o["email"],
+            password=o["password"],
+            runtime=o["runtime"],
+            lease_ttl=o["lease_ttl"],
         )
         base = settings.PUBLIC_URL
         password = result.pop("password", None)

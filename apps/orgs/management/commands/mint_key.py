@@ -24,7 +24,9 @@ class Command(RetascCommand):
         if user is None:
             raise CommandError(f"There is no person {o['email']!r}.")
         projects = Project.objects.filter(org=org)
-        project = projects.filter(prefix=o["project"].upper()).first() if o["project"] else projects.order_by("created_at").first()
+        project = (
+            projects.filter(prefix=o["project"].upper()).first() if o["project"] else projects.order_by("created_at").first()
+        )
         if project is None:
             raise CommandError("That project does not exist in the org.")
         _, raw = agent_key_mint(org=org, user=user, project=project, runtime=o["runtime"], label=o["label"])
