@@ -12,8 +12,8 @@ from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from apps.core.actor import Actor
-from apps.core.errors import ServiceError, not_found
-from apps.orgs.models import Membership, Org
+from apps.core.errors import ServiceError
+from apps.orgs.selectors import human_org
 from apps.orgs.services import actor_for_human, agent_key_authenticate
 
 ORG_HEADER = "X-Retasc-Org"
@@ -54,21 +54,9 @@ class SessionOrgAuthentication(authentication.SessionAuthentication):
         if result is None:
             return None
         user = result[0]
-        slug = request.headers.get(ORG_HEADER)
-        if slug:
-            org = Org.objects.filter(slug=slug.strip(), deleted_at__isnull=True).first()
-            if org is None:
-                raise not_found("Org")
-        else:
-            membership = (
-                Membership.objects.select_related("org")
-                .filter(user=user, status=Membership.Status.ACTIVE, org__deleted_at__isnull=True)
-                .order_by("created_at", "pk")
-                .first()
-            )
-            if membership is None:
-                raise exceptions.AuthenticationFailed()
-            org = membership.org
+        org = human_org(user=user, org_slug=request.headers.get(ORG_HEADER))
+        if org is None:
+            raise exceptions.AuthenticationFailed()
         return user, actor_for_human(user=user, org=org)  # NOT_FOUND unless an active member
 
 

@@ -10,6 +10,8 @@ from apps.core.errors import ServiceError
 
 
 class RetascCommand(BaseCommand):
+    """Subclasses define ``run(**options) -> dict``; ``human(result)`` may format it."""
+
     json_flag = True
 
     def create_parser(self, prog_name, subcommand, **kwargs):
@@ -27,9 +29,6 @@ class RetascCommand(BaseCommand):
             self.stdout.write(json.dumps(result, sort_keys=True))
         else:
             self.stdout.write(self.human(result))
-
-    def run(self, **options) -> dict:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def human(self, result: dict) -> str:
         return "\n".join(f"{k}: {v}" for k, v in result.items())

@@ -16,10 +16,9 @@ import dataclasses
 from rest_framework import authentication, exceptions, permissions
 
 from apps.core.actor import Actor
-from apps.core.errors import ServiceError, not_found
+from apps.core.errors import ServiceError
 from apps.devices.models import PersonalToken
 from apps.devices.services import TOKEN_PREFIX, personal_token_authenticate
-from apps.orgs.models import Membership, Org
 from apps.orgs.services import actor_for_human
 
 ORG_HEADER = "X-Retasc-Org"
@@ -39,24 +38,15 @@ def _bearer_token(request) -> str | None:
 
 def human_actor(*, user, org_slug: str | None) -> Actor:
     """The human's actor in the named org, else in their first active org."""
-    if org_slug:
-        org = Org.objects.filter(slug=org_slug.strip(), deleted_at__isnull=True).first()
-        if org is None:
-            raise not_found("Org")
-    else:
-        membership = (
-            Membership.objects.select_related("org")
-            .filter(user=user, status=Membership.Status.ACTIVE, org__deleted_at__isnull=True)
-            .order_by("created_at", "pk")
-            .first()
+    from apps.orgs.selectors import human_org
+
+    org = human_org(user=user, org_slug=org_slug)
+    if org is None:
+        raise ServiceError(
+            "NOT_FOUND",
+            "You are not a member of any org yet.",
+            tell_human="Create one (retasc bind --create) or join with an invite (retasc join CODE).",
         )
-        if membership is None:
-            raise ServiceError(
-                "NOT_FOUND",
-                "You are not a member of any org yet.",
-                tell_human="Create one (retasc bind --create) or join with an invite (retasc join CODE).",
-            )
-        org = membership.org
     return dataclasses.replace(actor_for_human(user=user, org=org), runtime=CLI_RUNTIME)
 
 

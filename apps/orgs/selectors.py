@@ -95,3 +95,23 @@ def invites_list(*, actor: Actor) -> list[dict]:
         }
         for i in Invite.objects.filter(org_id=actor.org.pk).select_related("accepted_by", "created_by").order_by("-created_at")
     ]
+
+
+def human_org(*, user, org_slug: str | None = None):
+    """The org a signed-in human acts in: the one named (``X-Retasc-Org``), else their
+    first active membership's. ``None`` when they belong to no org yet; an unknown slug
+    is NOT_FOUND. (Membership of the named org is checked by ``actor_for_human``.)"""
+    from apps.orgs.models import Org
+
+    if org_slug:
+        org = Org.objects.filter(slug=org_slug.strip(), deleted_at__isnull=True).first()
+        if org is None:
+            raise not_found("Org")
+        return org
+    membership = (
+        Membership.objects.select_related("org")
+        .filter(user=user, status=Membership.Status.ACTIVE, org__deleted_at__isnull=True)
+        .order_by("created_at", "pk")
+        .first()
+    )
+    return membership.org if membership else None

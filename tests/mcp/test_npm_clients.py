@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from apps.core.operations import TOOLS
-from tests.mcp.conftest import ROOT, start_daphne
+from tests.live import ROOT, start_daphne
 
 pytestmark = pytest.mark.slow
 TOOLS_DIR = ROOT / "node_modules" / ".mcp-tools"
