@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.orgs.models import AgentKey, Membership, Org, Project
+from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias
 
 
 class MembershipInline(admin.TabularInline):
@@ -41,3 +41,21 @@ class AgentKeyAdmin(admin.ModelAdmin):
     exclude = ["secret_hash"]
     readonly_fields = ["prefix", "created_at", "last_used_at", "parent"]
     raw_id_fields = ["user", "org", "project"]
+
+
+@admin.register(Invite)
+class InviteAdmin(admin.ModelAdmin):
+    # The code is stored hashed and never shown; its visible prefix identifies it.
+    list_display = ["prefix", "org", "role", "created_by", "created_at", "expires_at", "accepted_by", "revoked_at"]
+    list_filter = ["role", ("accepted_at", admin.EmptyFieldListFilter), ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["prefix", "org__slug", "created_by__email", "accepted_by__email"]
+    exclude = ["code_hash"]
+    readonly_fields = ["prefix", "created_at", "accepted_at", "accepted_by", "created_by"]
+    raw_id_fields = ["org"]
+
+
+@admin.register(ProjectAlias)
+class ProjectAliasAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "project", "org", "created_at"]
+    search_fields = ["prefix", "org__slug", "project__prefix"]
+    raw_id_fields = ["org", "project"]
