@@ -6,7 +6,10 @@ Service refusals (``ServiceError``) keep their code and HTTP status; DRF's own e
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -27,6 +30,9 @@ _CODES = {
 }
 
 
+log = logging.getLogger(__name__)
+
+
 def refusal_body(exc: ServiceError) -> dict:
     body = exc.as_dict()
     if exc.code == "CLAIM_MISMATCH":
@@ -37,6 +43,15 @@ def refusal_body(exc: ServiceError) -> dict:
 def exception_handler(exc, context):
     if isinstance(exc, ServiceError):
         return Response(refusal_body(exc), status=exc.http_status)
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database is unreachable or out of connections: a retryable refusal in the
+        # same JSON as every other (MCP answers UNAVAILABLE too), never an HTML 500.
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return Response(
+            {"code": "UNAVAILABLE", "message": "The database is unavailable; retry shortly.", "retryable": True},
+            status=503,
+            headers={"Retry-After": "1"},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

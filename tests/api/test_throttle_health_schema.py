@@ -137,3 +137,19 @@ def test_rate_limiter_store_down_fails_open(owner, settings):
     answer = owner.get("/api/v1/whoami")
     assert answer.status_code == 200, answer.content
     assert answer.json()["org"]["slug"].startswith("acme")
+
+
+def test_lost_database_answers_json_503_unavailable(owner, monkeypatch):
+    """A database outage inside an API call is a retryable JSON refusal, not HTML."""
+    from django.db import OperationalError
+
+    from apps.core import operations
+
+    def down(*args, **kwargs):
+        raise OperationalError("sorry, too many clients already")
+
+    monkeypatch.setattr(operations, "queue_status", down)
+    answer = owner.get("/api/v1/queue")
+    assert answer.status_code == 503
+    assert answer["Retry-After"] == "1"
+    assert answer.json() == {"code": "UNAVAILABLE", "message": "The database is unavailable; retry shortly.", "retryable": True}
