@@ -77,10 +77,14 @@ def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
 
 
 def invites_list(*, actor: Actor) -> list[dict]:
+    """The org's invites with their status. Owners only: members never see them."""
     from django.utils import timezone
 
+    from apps.core.errors import ServiceError
     from apps.orgs.models import Invite
 
+    if not actor.is_owner:
+        raise ServiceError("FORBIDDEN", "Only an org owner can manage invites.", tell_human="Ask an owner of the org.")
     now = timezone.now()
     return [
         {

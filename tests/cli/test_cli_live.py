@@ -223,6 +223,19 @@ def test_keys_and_projects(tworld, cli_factory):
     assert denied.exit_code == 1 and "(NOT_FOUND)" in denied.stderr
 
 
+def test_members_see_members_but_never_invites(tworld, cli_factory):
+    owner, member = cli_factory(), cli_factory()
+    owner.sign_in_as(tworld.owner)
+    member.sign_in_as(tworld.member)
+    owner.json("members", "invite", "--expires-days", "3")
+
+    listed = member.json("members", "list")
+
+    assert {m["email"] for m in listed["members"]} == {tworld.owner.email, tworld.member.email}
+    assert listed["invites"] == []
+    assert len(owner.json("members", "list")["invites"]) == 1
+
+
 def test_a_stopped_server_is_one_clear_sentence(transactional_db, cli_factory):
     port = free_port()
     down = cli_factory(server=f"http://127.0.0.1:{port}")

@@ -135,3 +135,11 @@ def test_invite_redeem_expiry_boundary(world, clock):
     clock.advance(days=6, hours=23)
     person, _ = user_get_or_create(email="intime@acme.test")
     assert invite_redeem(code=code, user=person).org_id == world.org.pk
+
+
+def test_members_cannot_list_invites(world, unchanged):
+    invite_create(actor=owner_actor(world))
+    member = actor_for_human(user=world.member, org=world.org)
+    with unchanged(), pytest.raises(ServiceError) as err:
+        invites_list(actor=member)
+    assert err.value.code == "FORBIDDEN"
