@@ -4,10 +4,12 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
+from apps.core.middleware import get_asgi_application  # noqa: E402
+
 try:
+    # Django's handler, with each request's middleware and view run in one thread hop.
     django_app = get_asgi_application()
 except ImproperlyConfigured as exc:
     # A bad setting (or a wrong master key) is one clear sentence, not a traceback.

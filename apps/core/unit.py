@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from apps.core import chain
+from apps.core import chain, sql
 from apps.core.actor import Actor
 from apps.core.errors import ServiceError
 
@@ -115,11 +115,12 @@ def _flush(unit: Unit) -> None:
     now = timezone.now()
     # Locked read-modify-write of the org's counters: the lock is what makes it safe,
     # and the values must be read to chain the hashes anyway.
-    org = (
-        Org.objects.select_for_update(no_key=True)
-        .only("activity_seq", "chain_head", "balance_micros", "monthly_cap_micros", "spend_month", "spend_month_micros")
-        .get(pk=actor.org.pk)
-    )
+    # (Hand-written statements, apps.core.sql: this runs on every action.)
+    counters = ("activity_seq", "chain_head", "balance_micros", "monthly_cap_micros", "spend_month", "spend_month_micros")
+    row = sql.select_for_update(Org, actor.org.pk, list(counters))
+    if row is None:
+        raise Org.DoesNotExist(f"org {actor.org.pk} is gone")
+    org = Org(pk=actor.org.pk, **dict(zip(counters, row, strict=True)))
     seq, head = org.activity_seq, org.chain_head
     rows = []
     for entry in unit.entries:
@@ -165,18 +166,39 @@ def _flush(unit: Unit) -> None:
         spent = (org.spend_month_micros if org.spend_month == month else 0) + amount
         balance = org.balance_micros - amount
         updates.update(balance_micros=balance, spend_month=month, spend_month_micros=spent)
-        LedgerEntry.objects.create(
-            org_id=org.pk,
-            key=actor.key,
-            principal_id=actor.principal_id,
-            action=unit.action.removeprefix("read:"),
-            tier=tier,
-            amount_micros=-amount,
-            balance_after_micros=balance,
+        sql.insert(
+            LedgerEntry,
+            [
+                {
+                    "org_id": org.pk,
+                    "key_id": actor.key_id,
+                    "principal_id": actor.principal_id,
+                    "action": unit.action.removeprefix("read:"),
+                    "tier": tier,
+                    "amount_micros": -amount,
+                    "balance_after_micros": balance,
+                    "note": "",
+                    "created_at": now,
+                }
+            ],
         )
-    Org.objects.filter(pk=org.pk).update(**updates)
-    if rows:
-        Activity.objects.bulk_create(rows)
+    sql.update(Org, org.pk, updates)
+    sql.insert(Activity, [{name: getattr(row, name) for name in _ACTIVITY_COLUMNS} for row in rows])
+
+
+_ACTIVITY_COLUMNS = (
+    "org_id",
+    "seq",
+    "issue_id",
+    "principal_id",
+    "key_id",
+    "runtime",
+    "verb",
+    "changes_enc",
+    "created_at",
+    "prev_hash",
+    "hash",
+)
 
 
 @contextmanager

@@ -108,7 +108,7 @@ class Issue(models.Model):
         constraints = [models.UniqueConstraint(fields=["project", "number"], name="issue_number_unique")]
         indexes = [
             models.Index(
-                fields=["project", "dispatch_rank", "created_at"],
+                fields=["project", "dispatch_rank", "created_at", "number"],
                 condition=Q(work=True, awaiting_triage=False, status__in=["todo", "doing", "review"]),
                 name="issue_dispatch",
             ),

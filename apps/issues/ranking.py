@@ -45,60 +45,89 @@ def _db_uuid(value):
     return Issue._meta.pk.get_db_prep_value(value, connection)
 
 
-def ancestors(ids) -> set:
-    """ids plus every issue that transitively blocks one of them (one recursive query)."""
+def ancestors(ids, *, dirty_of_org=None) -> set:
+    """ids plus every issue that transitively blocks one of them (one recursive query).
+
+    With ``dirty_of_org``, the issues of that org marked ``rank_dirty`` are seeds too.
+    """
     ids = list(ids)
-    if not ids:
+    if not ids and dirty_of_org is None:
         return set()
     found: set = set()
     table, rel = Issue._meta.db_table, Relation._meta.db_table
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        marks = ",".join(["%s"] * len(chunk))
+    chunks = [ids[start : start + 500] for start in range(0, len(ids), 500)] or [[]]
+    for n, chunk in enumerate(chunks):
+        seeds, params = [], [_db_uuid(i) for i in chunk]
+        if chunk:
+            seeds.append(f"id IN ({','.join(['%s'] * len(chunk))})")
+        if dirty_of_org is not None and n == 0:
+            seeds.append("(org_id = %s AND rank_dirty)")
+            params.append(_db_uuid_org(dirty_of_org))
         sql = (
             f"WITH RECURSIVE anc(id) AS ("
-            f" SELECT id FROM {table} WHERE id IN ({marks})"
+            f" SELECT id FROM {table} WHERE {' OR '.join(seeds)}"
             f" UNION SELECT r.source_id FROM {rel} r JOIN anc ON r.target_id = anc.id WHERE r.type = 'blocks'"
             f") SELECT id FROM anc"
         )
         with connection.cursor() as cur:
-            cur.execute(sql, [_db_uuid(i) for i in chunk])
+            cur.execute(sql, params)
             found.update(uuid.UUID(str(row[0])) for row in cur.fetchall())
     return found
 
 
+def _db_uuid_org(value):
+    return Issue._meta.get_field("org").target_field.get_db_prep_value(value, connection)
+
+
 def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
     """Recompute base ranks of ``issue_ids`` (and of any issue left dirty), then the
-    effective ranks of them and all their ancestors. Returns how many rows changed."""
+    effective ranks of them and all their ancestors. Returns how many rows changed.
+
+    Statements: the lock, one recursive query for the affected set, one locking read of
+    it, one read of its edges, and an UPDATE per distinct change.
+    """
     now = now or timezone.now()
     with transaction.atomic():
         lock_org_ranks(org_id)
-        dirty = {uuid.UUID(str(i)) for i in issue_ids}
-        dirty.update(Issue.objects.filter(org_id=org_id, rank_dirty=True).values_list("id", flat=True))
-        if not dirty:
+        given = {uuid.UUID(str(i)) for i in issue_ids}
+        affected = ancestors(given, dirty_of_org=org_id)
+        if not affected:
             return 0
-        changed = 0
-        affected = ancestors(dirty)
-        # Lock every row this refresh may write, in primary-key order, before writing any:
-        # writing them one group at a time deadlocked against next_batch(claim) taking
-        # several of the same rows in another order (tests/core/test_race_chain.py).
-        list(Issue.objects.filter(pk__in=affected).order_by("pk").select_for_update(no_key=True).values_list("pk", flat=True))
-        # 1. Own inputs of the dirty issues -> base rank and next SLA escalation time.
-        for row in Issue.objects.filter(pk__in=dirty).values(
-            "id", "priority", "status", "created_at", "due_at", "base_rank", "sla_next_at"
-        ):
-            rank, next_at = base_rank(
-                priority=row["priority"], status=row["status"], created_at=row["created_at"], due_at=row["due_at"], now=now
+        # Lock every row this refresh may write, in primary-key order, before writing any
+        # (and read them in the same statement): writing them one group at a time
+        # deadlocked against next_batch(claim) taking several of the same rows in another
+        # order (tests/core/test_race_chain.py).
+        rows = (
+            Issue.objects.filter(pk__in=affected)
+            .order_by("pk")
+            .select_for_update(no_key=True)
+            .values_list(
+                "id",
+                "priority",
+                "status",
+                "created_at",
+                "due_at",
+                "base_rank",
+                "sla_next_at",
+                "effective_rank",
+                "dispatch_rank",
+                "rank_dirty",
             )
-            if rank != row["base_rank"] or next_at != row["sla_next_at"]:
-                Issue.objects.filter(pk=row["id"]).update(base_rank=rank, sla_next_at=next_at)
+        )
+        nodes: dict = {}
+        own: dict = {}  # dirty issue -> its changed own columns (base rank, SLA time, flag)
+        for pk, priority, status, created_at, due_at, base, next_at, eff_old, dispatch_old, flagged in rows:
+            if pk in given or flagged:
+                # 1. Own inputs of the dirty issues -> base rank and next SLA escalation time.
+                rank, new_next = base_rank(priority=priority, status=status, created_at=created_at, due_at=due_at, now=now)
+                fields = {"rank_dirty": False} if flagged else {}
+                if (rank, new_next) != (base, next_at):
+                    fields.update(base_rank=rank, sla_next_at=new_next)
+                    base = rank
+                if fields:
+                    own[pk] = fields
+            nodes[pk] = (base, status, eff_old, dispatch_old)
         # 2. Effective ranks over the affected set, children before parents.
-        nodes = {
-            row[0]: row[1:]
-            for row in Issue.objects.filter(pk__in=affected).values_list(
-                "id", "base_rank", "status", "effective_rank", "dispatch_rank"
-            )
-        }
         kids = defaultdict(list)
         outside = set()
         for source, target in Relation.objects.filter(source_id__in=affected, type=Relation.Type.BLOCKS).values_list(
@@ -107,9 +136,14 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
             kids[source].append(target)
             if target not in nodes:
                 outside.add(target)
-        fixed = {
-            row[0]: (row[1], row[2]) for row in Issue.objects.filter(pk__in=outside).values_list("id", "effective_rank", "status")
-        }
+        fixed = (
+            {
+                row[0]: (row[1], row[2])
+                for row in Issue.objects.filter(pk__in=outside).values_list("id", "effective_rank", "status")
+            }
+            if outside
+            else {}
+        )
         eff: dict = {}
         for node in _postorder(nodes, kids):
             best = nodes[node][0]
@@ -120,14 +154,20 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
                 elif child in fixed and fixed[child][1] not in _OPEN_CLOSED:
                     best = min(best, fixed[child][0])
             eff[node] = best
+        changed = 0
         groups = defaultdict(list)
         for node, (_, status, old_eff, old_dispatch) in nodes.items():
             new = (eff[node], dispatch_rank(eff[node], status))
             if new != (old_eff, old_dispatch):
-                groups[new].append(node)
+                changed += 1
+                if node in own:
+                    own[node].update(effective_rank=new[0], dispatch_rank=new[1])
+                else:
+                    groups[new].append(node)
+        for node, fields in own.items():
+            Issue.objects.filter(pk=node).update(**fields)
         for (new_eff, new_dispatch), members in groups.items():
-            changed += Issue.objects.filter(pk__in=members).update(effective_rank=new_eff, dispatch_rank=new_dispatch)
-        Issue.objects.filter(pk__in=dirty, rank_dirty=True).update(rank_dirty=False)
+            Issue.objects.filter(pk__in=members).update(effective_rank=new_eff, dispatch_rank=new_dispatch)
         return changed
 
 
@@ -170,11 +210,20 @@ def sla_escalate(*, org_id=None, now=None) -> int:
 def ranks_catch_up(*, org_id, now=None) -> None:
     """Before a pull: apply due SLA escalations and any refresh a crash left behind.
 
-    Two cheap indexed existence checks in the common case, so dispatch order never
-    depends on a periodic tick.
+    One statement with two indexed existence checks in the common case, so dispatch
+    order never depends on a periodic tick.
     """
     now = now or timezone.now()
-    if Issue.objects.filter(org_id=org_id, sla_next_at__lte=now).exists():
+    table = Issue._meta.db_table
+    with connection.cursor() as cur:
+        # Written out (apps.core.sql explains why): every pull runs it.
+        cur.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE org_id = %s AND sla_next_at <= %s),"
+            f" EXISTS (SELECT 1 FROM {table} WHERE org_id = %s AND rank_dirty)",
+            [_db_uuid_org(org_id), Issue._meta.get_field("sla_next_at").get_db_prep_value(now, connection), _db_uuid_org(org_id)],
+        )
+        due, dirty = cur.fetchone()
+    if due:
         sla_escalate(org_id=org_id, now=now)
-    elif Issue.objects.filter(org_id=org_id, rank_dirty=True).exists():
+    elif dirty:
         ranks_refresh(org_id=org_id, now=now)

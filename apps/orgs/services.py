@@ -212,19 +212,51 @@ def agent_key_rotate(*, key: AgentKey) -> tuple[AgentKey, str]:
 UNAUTHORIZED = ServiceError("UNAUTHORIZED", "Missing, unknown or revoked agent key.")
 
 
+def _key_with_holder(secret_hash: str):
+    """The live key with this hash, with its org, project and user, and the holder's
+    active membership of the key's org (or None): one statement, written out (every
+    request pays it; see apps.core.sql)."""
+    from django.db import connection
+
+    from apps.core import sql
+
+    models_ = (AgentKey, Org, Project, User, Membership)
+    q = connection.ops.quote_name
+    query = (
+        f"SELECT {sql.columns(AgentKey, 'k')}, {sql.columns(Org, 'o')}, {sql.columns(Project, 'p')},"
+        f" {sql.columns(User, 'u')}, {sql.columns(Membership, 'm')}"
+        f" FROM {q(AgentKey._meta.db_table)} k"
+        f" JOIN {q(Org._meta.db_table)} o ON o.id = k.org_id"
+        f" JOIN {q(Project._meta.db_table)} p ON p.id = k.project_id"
+        f" JOIN {q(User._meta.db_table)} u ON u.id = k.user_id"
+        f" LEFT JOIN {q(Membership._meta.db_table)} m"
+        f" ON m.org_id = k.org_id AND m.user_id = k.user_id AND m.status = %s"
+        " WHERE k.secret_hash = %s AND k.revoked_at IS NULL AND o.deleted_at IS NULL"
+    )
+    with connection.cursor() as cur:
+        cur.execute(query, [Membership.Status.ACTIVE.value, secret_hash])
+        row = cur.fetchone()
+    if row is None:
+        return None, None
+    parts, at = [], 0
+    for model in models_:
+        parts.append(row[at : at + sql.width(model)])
+        at += sql.width(model)
+    key, org, project, user = (sql.load(m, values) for m, values in zip(models_[:4], parts[:4], strict=True))
+    key.org, key.project, key.user = org, project, user
+    membership = None
+    if parts[4][0] is not None:
+        membership = sql.load(Membership, parts[4])
+        membership.org, membership.user = org, user
+    return key, membership
+
+
 def agent_key_authenticate(raw: str) -> Actor:
     """The actor behind a bearer key. Every failure answers the same UNAUTHORIZED."""
     if not raw or not raw.startswith(KEY_PREFIX) or len(raw) > 200:
         raise UNAUTHORIZED
-    key = (
-        AgentKey.objects.select_related("org", "project", "user")
-        .filter(secret_hash=hash_secret(raw), revoked_at__isnull=True, org__deleted_at__isnull=True)
-        .first()
-    )
-    if key is None:
-        raise UNAUTHORIZED
-    membership = Membership.objects.filter(org_id=key.org_id, user_id=key.user_id, status=Membership.Status.ACTIVE).first()
-    if membership is None or not key.user.is_active:
+    key, membership = _key_with_holder(hash_secret(raw))
+    if key is None or membership is None or not key.user.is_active:
         raise UNAUTHORIZED
     now = timezone.now()
     if key.last_used_at is None or now - key.last_used_at > _LAST_USED_EVERY:

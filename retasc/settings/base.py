@@ -117,6 +117,23 @@ else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {"default": sqlite_database(DATA_DIR / "retasc.sqlite3")}
 
+# PostgreSQL: one bounded connection pool per server process. Requests borrow a
+# connection and give it back when they end, so a busy server neither pays a new
+# connection (a backend process) per request nor opens more than this many; requests
+# beyond it wait their turn, and after RETASC_DB_POOL_TIMEOUT seconds answer 503
+# UNAVAILABLE. 0 turns pooling off (a connection per request). Size it so that
+# processes x RETASC_DB_POOL_SIZE stays under the server's max_connections.
+DB_POOL_SIZE = env_int("RETASC_DB_POOL_SIZE", 20, minimum=0, maximum=1000)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_SIZE:
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": min(2, DB_POOL_SIZE),
+        "max_size": DB_POOL_SIZE,
+        "timeout": env_int("RETASC_DB_POOL_TIMEOUT", 30, minimum=1, maximum=600),
+    }
+    # A pooled connection is checked before it is handed out: after a database restart
+    # the pool replaces dead connections instead of failing a request with one.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
