@@ -6,7 +6,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 
-from apps.core.middleware import get_asgi_application  # noqa: E402
+from apps.core.handler import get_asgi_application  # noqa: E402
 
 try:
     # Django's handler, with each request's middleware and view run in one thread hop.
