@@ -66,10 +66,10 @@ def _flag(value, field: str) -> bool:
 
 def _fresh_issue_shape(actor: Actor, issue) -> dict:
     # Re-read after commit: effective ranks are refreshed after the write commits.
-    from apps.issues.models import Issue
+    from apps.issues.selectors import issue_with_people
     from apps.issues.shapes import issue_shape
 
-    return issue_shape(Issue.objects.with_people().get(pk=issue.pk), actor=actor)
+    return issue_shape(issue_with_people(issue.pk), actor=actor)
 
 
 # --- identity -------------------------------------------------------------------------

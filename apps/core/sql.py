@@ -50,6 +50,29 @@ def update(model, pk, values: dict) -> int:
         return cur.rowcount
 
 
+def update_many(model, pks, values: dict) -> int:
+    """UPDATE the rows with these primary keys to the same ``values``."""
+    pks = list(pks)
+    if not pks:
+        return 0
+    fields = _fields(model, list(values))
+    pk_field = model._meta.pk
+    sql = (
+        f"UPDATE {_q(model._meta.db_table)} SET {', '.join(f'{_q(f.column)} = %s' for f in fields)} "
+        f"WHERE {_q(pk_field.column)} IN ({', '.join(['%s'] * len(pks))})"
+    )
+    params = [field.get_db_prep_save(values[field.attname], connection) for field in fields]
+    with connection.cursor() as cur:
+        cur.execute(sql, [*params, *(pk_field.get_db_prep_value(pk, connection) for pk in pks)])
+        return cur.rowcount
+
+
+def marks(model, pks) -> tuple[str, list]:
+    """``%s, %s, ...`` and the prepared primary keys, for ``pk IN (...)``."""
+    prep = model._meta.pk.get_db_prep_value
+    return ", ".join(["%s"] * len(pks)), [prep(pk, connection) for pk in pks]
+
+
 def select_for_update(model, pk, names: list[str]) -> tuple | None:
     """Read ``names`` of one row, locked for update (``FOR NO KEY UPDATE`` on PostgreSQL;
     SQLite's write transaction already excludes other writers). Values come back as the
@@ -76,6 +99,26 @@ def columns(model, alias: str) -> str:
 
 def width(model) -> int:
     return len(model._meta.concrete_fields)
+
+
+def converter(model, names: list[str]):
+    """A function turning a raw row of the columns ``names`` of ``model`` into the
+    values the ORM would give (``values_list``): UUIDs, datetimes, booleans."""
+    plan = []
+    for name in names:
+        field = model._meta.get_field(name)
+        col = field.get_col(model._meta.db_table)
+        plan.append((col, connection.ops.get_db_converters(col) + field.get_db_converters(connection)))
+
+    def convert(row):
+        out = []
+        for value, (col, funcs) in zip(row, plan, strict=True):
+            for func in funcs:
+                value = func(value, col, connection)
+            out.append(value)
+        return tuple(out)
+
+    return convert
 
 
 def load(model, values):

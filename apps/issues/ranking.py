@@ -25,6 +25,7 @@ from collections import defaultdict
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core import sql
 from apps.issues.models import Issue, Relation
 from apps.issues.sla import base_rank, dispatch_rank
 
@@ -97,23 +98,18 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
         # (and read them in the same statement): writing them one group at a time
         # deadlocked against next_batch(claim) taking several of the same rows in another
         # order (tests/core/test_race_chain.py).
-        rows = (
-            Issue.objects.filter(pk__in=affected)
-            .order_by("pk")
-            .select_for_update(no_key=True)
-            .values_list(
-                "id",
-                "priority",
-                "status",
-                "created_at",
-                "due_at",
-                "base_rank",
-                "sla_next_at",
-                "effective_rank",
-                "dispatch_rank",
-                "rank_dirty",
-            )
+        names = [
+            "id", "priority", "status", "created_at", "due_at", "base_rank", "sla_next_at",
+            "effective_rank", "dispatch_rank", "rank_dirty",
+        ]  # fmt: skip
+        in_affected, params = sql.marks(Issue, list(affected))
+        query = f"SELECT {', '.join(names)} FROM {Issue._meta.db_table} WHERE id IN ({in_affected}) ORDER BY id" + (
+            " FOR NO KEY UPDATE" if connection.vendor == "postgresql" else ""
         )
+        convert = sql.converter(Issue, names)
+        with connection.cursor() as cur:
+            cur.execute(query, params)
+            rows = [convert(row) for row in cur.fetchall()]
         nodes: dict = {}
         own: dict = {}  # dirty issue -> its changed own columns (base rank, SLA time, flag)
         for pk, priority, status, created_at, due_at, base, next_at, eff_old, dispatch_old, flagged in rows:
@@ -130,9 +126,14 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
         # 2. Effective ranks over the affected set, children before parents.
         kids = defaultdict(list)
         outside = set()
-        for source, target in Relation.objects.filter(source_id__in=affected, type=Relation.Type.BLOCKS).values_list(
-            "source_id", "target_id"
-        ):
+        edge = sql.converter(Relation, ["source_id", "target_id"])
+        with connection.cursor() as cur:
+            cur.execute(
+                f"SELECT source_id, target_id FROM {Relation._meta.db_table} WHERE type = 'blocks' AND source_id IN ({in_affected})",
+                params,
+            )
+            edges = [edge(row) for row in cur.fetchall()]
+        for source, target in edges:
             kids[source].append(target)
             if target not in nodes:
                 outside.add(target)
@@ -165,9 +166,9 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
                 else:
                     groups[new].append(node)
         for node, fields in own.items():
-            Issue.objects.filter(pk=node).update(**fields)
+            sql.update(Issue, node, fields)
         for (new_eff, new_dispatch), members in groups.items():
-            Issue.objects.filter(pk__in=members).update(effective_rank=new_eff, dispatch_rank=new_dispatch)
+            sql.update_many(Issue, members, {"effective_rank": new_eff, "dispatch_rank": new_dispatch})
         return changed
 
 

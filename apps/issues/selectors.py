@@ -66,6 +66,40 @@ def _issue_by_prefix(*, actor: Actor, prefix: str, number: int, lock: bool) -> I
     return None
 
 
+def issue_with_people(pk) -> Issue:
+    """``Issue.objects.with_people().get(pk=pk)``, written out (apps.core.sql): every
+    claim and every write answers with the issue shaped from this read."""
+    from apps.core import sql
+    from apps.issues.models import Checkpoint
+
+    q = connection.ops.quote_name
+    parts = ((Issue, "i"), (Project, "p"), (User, "ua"), (User, "uu"), (Checkpoint, "c"), (User, "cu"))
+    query = (
+        f"SELECT {', '.join(sql.columns(model, alias) for model, alias in parts)}"
+        f" FROM {q(Issue._meta.db_table)} i JOIN {q(Project._meta.db_table)} p ON p.id = i.project_id"
+        f" LEFT JOIN {q(User._meta.db_table)} ua ON ua.id = i.assignee_id"
+        f" LEFT JOIN {q(User._meta.db_table)} uu ON uu.id = i.author_id"
+        f" LEFT JOIN {q(Checkpoint._meta.db_table)} c ON c.id = i.checkpoint_id"
+        f" LEFT JOIN {q(User._meta.db_table)} cu ON cu.id = c.author_id"
+        " WHERE i.id = %s"
+    )
+    with connection.cursor() as cur:
+        cur.execute(query, [Issue._meta.pk.get_db_prep_value(pk, connection)])
+        row = cur.fetchone()
+    if row is None:
+        raise Issue.DoesNotExist(f"issue {pk} is gone")
+    loaded, at = [], 0
+    for model, _ in parts:
+        values = row[at : at + sql.width(model)]
+        at += sql.width(model)
+        loaded.append(sql.load(model, values) if values[0] is not None else None)
+    issue, project, assignee, author, checkpoint, checkpoint_author = loaded
+    issue.project, issue.assignee, issue.author, issue.checkpoint = project, assignee, author, checkpoint
+    if checkpoint is not None:
+        checkpoint.author = checkpoint_author
+    return issue
+
+
 def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
     if not prefix:
         if actor.project is None:

@@ -24,7 +24,7 @@ from apps.core.unit import mutation
 from apps.issues import inputs
 from apps.issues.models import CLOSED, DISPATCHABLE, Issue, Relation, Status
 from apps.issues.ranking import ranks_catch_up
-from apps.issues.selectors import issue_resolve
+from apps.issues.selectors import issue_resolve, issue_with_people
 from apps.issues.services import checkpoint_write
 from apps.leases.fencing import claim_fence, is_live, new_token
 from apps.leases.models import Claim
@@ -230,7 +230,7 @@ def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
         metered_read(actor, "next_issue_empty")
         return {"issue": None, **queue_counts(actor=actor, project_id=project_id, now=timezone.now())}
     # Shaped after commit, outside the lock (people and relations come with this read).
-    issue = Issue.objects.with_people().get(pk=issue.pk)
+    issue = issue_with_people(issue.pk)
     issue.__dict__["_claim_key"] = actor.key_id
     return claim_answer(issue=issue, claim=claim, raw=raw, actor=actor, now=now)
 
@@ -379,7 +379,7 @@ def claim_issue(*, actor: Actor, identifier: str, claim_token: str | None = None
             _check_cap(actor, now)
             kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
             claim, raw = _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind)
-    issue = Issue.objects.with_people().get(pk=issue.pk)
+    issue = issue_with_people(issue.pk)
     return claim_answer(issue=issue, claim=claim, raw=raw, actor=actor, now=now)
 
 
