@@ -20,10 +20,11 @@ def _fields(model, names):
     return [model._meta.get_field(name) for name in names]
 
 
-def insert(model, rows: list[dict]) -> None:
-    """INSERT ``rows`` (dicts of attname -> value, the same keys in each) in one statement."""
+def insert(model, rows: list[dict], *, returning_pk: bool = False):
+    """INSERT ``rows`` (dicts of attname -> value, the same keys in each) in one statement;
+    with ``returning_pk``, return the new primary key of the (single) row."""
     if not rows:
-        return
+        return None
     names = list(rows[0])
     fields = _fields(model, names)
     marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
@@ -32,8 +33,11 @@ def insert(model, rows: list[dict]) -> None:
         f"VALUES {', '.join([marks] * len(rows))}"
     )
     params = [field.get_db_prep_save(row[name], connection) for row in rows for field, name in zip(fields, names, strict=True)]
+    if returning_pk:
+        sql += f" RETURNING {_q(model._meta.pk.column)}"  # PostgreSQL, and SQLite since 3.35
     with connection.cursor() as cur:
         cur.execute(sql, params)
+        return cur.fetchone()[0] if returning_pk else None
 
 
 def update(model, pk, values: dict) -> int:

@@ -33,6 +33,23 @@ def holder_only(issue) -> ServiceError:
     )
 
 
+def _claim_by_token(digest: str, issue_id):
+    """``Claim.objects.filter(token_hash=digest, issue_id=issue_id).first()``, written out
+    (apps.core.sql): every claim-bound write passes this fence."""
+    from django.db import connection
+
+    from apps.core import sql
+    from apps.issues.models import Issue
+
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT {sql.columns(Claim, 'c')} FROM {Claim._meta.db_table} c WHERE c.token_hash = %s AND c.issue_id = %s",
+            [digest, Issue._meta.pk.get_db_prep_value(issue_id, connection)],
+        )
+        row = cur.fetchone()
+    return sql.load(Claim, row) if row is not None else None
+
+
 def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebinding: bool = False) -> Claim | None:
     """Return the live claim ``token`` proves on ``issue`` (the row must be locked).
 
@@ -47,7 +64,7 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebindi
     """
     live = is_live(issue, now)
     if token:
-        claim = Claim.objects.filter(token_hash=token_hash(token), issue_id=issue.pk).first()
+        claim = _claim_by_token(token_hash(token), issue.pk)
         if claim is None or claim.principal_id != actor.principal_id:
             if live or required:
                 raise (

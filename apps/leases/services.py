@@ -18,6 +18,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 from django.utils.text import slugify
 
+from apps.core import sql
 from apps.core.actor import Actor
 from apps.core.errors import ServiceError, invalid
 from apps.core.unit import mutation
@@ -127,7 +128,7 @@ def _take(*, issue: Issue, actor: Actor, now, unit, kind: str) -> tuple[Claim, s
     if expired:
         _reclaim(issue=issue, now=now, unit=unit)
     raw, digest = new_token()
-    claim = Claim.objects.create(
+    claim = Claim(
         org_id=actor.org.pk,
         issue=issue,
         key=actor.key,
@@ -138,18 +139,33 @@ def _take(*, issue: Issue, actor: Actor, now, unit, kind: str) -> tuple[Claim, s
         expires_at=now + ttl,
         last_heartbeat_at=now,
     )
-    new_status = Status.DOING if kind == Claim.Kind.WORK else Status.REVIEW
-    changed = (
-        Issue.objects.filter(pk=issue.pk, status=issue.status)
-        .filter(Q(lease_claim_id__isnull=True) | Q(lease_expires_at__lte=now))
-        .update(
-            status=new_status,
-            lease_claim_id=claim.pk,
-            lease_principal_id=actor.principal_id,
-            lease_expires_at=claim.expires_at,
-            updated_at=now,
-        )
+    # Written-out statements (apps.core.sql): this runs under the project lock.
+    claim.pk = sql.insert(
+        Claim,
+        [{f.attname: getattr(claim, f.attname) for f in Claim._meta.concrete_fields if not f.primary_key}],
+        returning_pk=True,
     )
+    claim._state.adding = False
+    new_status = Status.DOING if kind == Claim.Kind.WORK else Status.REVIEW
+    # Conditional: only while the row is still free (the project lock makes it so).
+    issue_t = Issue._meta.db_table
+    field = Issue._meta.get_field
+    with connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {issue_t} SET status = %s, lease_claim_id = %s, lease_principal_id = %s, lease_expires_at = %s,"
+            " updated_at = %s WHERE id = %s AND status = %s AND (lease_claim_id IS NULL OR lease_expires_at <= %s)",
+            [
+                field("status").get_db_prep_value(new_status, connection),
+                claim.pk,
+                actor.principal_id,
+                field("lease_expires_at").get_db_prep_value(claim.expires_at, connection),
+                field("updated_at").get_db_prep_value(now, connection),
+                Issue._meta.pk.get_db_prep_value(issue.pk, connection),
+                field("status").get_db_prep_value(issue.status, connection),
+                field("lease_expires_at").get_db_prep_value(now, connection),
+            ],
+        )
+        changed = cur.rowcount
     if changed != 1:  # pragma: no cover - the project lock makes this unreachable
         raise ServiceError("HELD", f"{issue.identifier} was taken a moment ago; pull again.")
     before = issue.status
