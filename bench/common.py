@@ -22,6 +22,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -154,23 +155,36 @@ class Instance:
             raise RuntimeError(f"manage.py {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc.stdout
 
-    def drop(self) -> None:
+    def drop(self, *, remove_data_dir: bool = False) -> None:
         if self.pg_name:
             pg_drop(self.pg_name, self.pg_port)
+        if remove_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def new_instance(kind: str = "postgres", *, lease_ttl: int | None = None, pg_port: int = 5432, prefix: str = "BENCH") -> Instance:
-    data_dir = tempfile.mkdtemp(prefix="retasc-bench-")
+def new_instance(
+    kind: str = "postgres",
+    *,
+    lease_ttl: int | None = None,
+    pg_port: int = 5432,
+    prefix: str = "BENCH",
+    db_prefix: str = "retasc_bench",
+) -> Instance:
+    data_dir = tempfile.mkdtemp(prefix=f"{db_prefix.replace('_', '-')}-")
     if kind == "postgres":
-        name = pg_create(port=pg_port)
+        name = pg_create(db_prefix, port=pg_port)
         inst = Instance(db_url=pg_url(name, pg_port), data_dir=data_dir, pg_name=name, pg_port=pg_port)
     else:
         inst = Instance(db_url=f"sqlite:///{data_dir}/bench.sqlite3", data_dir=data_dir)
-    inst.manage("migrate", "--noinput", "-v0")
-    args = ["bootstrap", "--org", "Bench", "--project", prefix, "--email", inst.email, "--json"]
-    if lease_ttl:
-        args += ["--lease-ttl", str(lease_ttl)]
-    out = json.loads(inst.manage(*args))
+    try:
+        inst.manage("migrate", "--noinput", "-v0")
+        args = ["bootstrap", "--org", "Bench", "--project", prefix, "--email", inst.email, "--json"]
+        if lease_ttl:
+            args += ["--lease-ttl", str(lease_ttl)]
+        out = json.loads(inst.manage(*args))
+    except BaseException:
+        inst.drop(remove_data_dir=True)  # no half-made database left behind
+        raise
     inst.org_slug = out.get("orgSlug") or out.get("slug") or "bench"
     return inst
 
@@ -183,6 +197,7 @@ def seed(
     keys: int = 0,
     blocked_frac: float = 0.0,
     max_chain: int = 50,
+    min_chain: int = 2,
     key_projects: list[str] | None = None,
     activity: int = 0,
 ) -> dict:
@@ -202,6 +217,8 @@ def seed(
         str(blocked_frac),
         "--max-chain",
         str(max_chain),
+        "--min-chain",
+        str(min_chain),
         "--email",
         inst.email,
         "--activity",
@@ -324,6 +341,7 @@ def _seed_main(argv) -> None:
     p.add_argument("--key-projects", default="", help="projects the keys default to, round-robin")
     p.add_argument("--blocked-frac", type=float, default=0.0)
     p.add_argument("--max-chain", type=int, default=50)
+    p.add_argument("--min-chain", type=int, default=2, help="= --max-chain for chains of one exact length")
     p.add_argument("--activity", type=int, default=0, help="extra receipts to append to the org chain")
     p.add_argument("--email", required=True)
     o = p.parse_args(argv)
@@ -355,7 +373,7 @@ def _seed_main(argv) -> None:
         if o.blocked_frac > 0:
             want_blocked, used, blocked = int(n * o.blocked_frac), 0, 0
             while blocked < want_blocked and used < n:
-                length = min(rng.randint(2, o.max_chain), want_blocked - blocked + 1, n - used)
+                length = min(rng.randint(o.min_chain, o.max_chain), want_blocked - blocked + 1, n - used)
                 if length < 2:
                     break
                 chains.append(list(range(used, used + length)))

@@ -149,8 +149,9 @@ def main() -> int:
                     projects=["CHAIN"],
                     issues=o.chain_depth,
                     keys=0,
-                    blocked_frac=0.9999,
+                    blocked_frac=1.0,
                     max_chain=o.chain_depth,
+                    min_chain=o.chain_depth,  # one chain, exactly chain_depth deep
                     activity=o.receipts,
                 )
                 row["chain_seed"] = c["projects"]["CHAIN"]

@@ -113,7 +113,7 @@ class Issue(models.Model):
                 name="issue_dispatch",
             ),
             models.Index(fields=["lease_expires_at"], condition=Q(lease_expires_at__isnull=False), name="issue_lease"),
-            models.Index(fields=["sla_next_at"], condition=Q(sla_next_at__isnull=False), name="issue_sla_next"),
+            models.Index(fields=["org", "sla_next_at"], condition=Q(sla_next_at__isnull=False), name="issue_sla_next"),
             models.Index(fields=["org"], condition=Q(rank_dirty=True), name="issue_rank_dirty"),
             models.Index(fields=["org", "status"], name="issue_org_status"),
         ]
