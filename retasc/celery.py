@@ -16,5 +16,7 @@ def setup_periodic_tasks(sender, **kwargs):
     from django.conf import settings
 
     every = settings.RETASC_RECLAIM_INTERVAL_SECONDS
-    sender.add_periodic_task(every, "apps.leases.tasks.reclaim_expired_task", name="reclaim expired leases")
-    sender.add_periodic_task(every, "apps.issues.tasks.sla_escalate_task", name="SLA escalation")
+    # A signature, not a bare task name: Celery reads ``sig.name``, and an exception here is
+    # swallowed by the signal (beat then runs with an empty schedule).
+    sender.add_periodic_task(every, sender.signature("apps.leases.tasks.reclaim_expired_task"), name="reclaim expired leases")
+    sender.add_periodic_task(every, sender.signature("apps.issues.tasks.sla_escalate_task"), name="SLA escalation")

@@ -10,20 +10,24 @@ from tests.conftest import new_issue
 
 
 def test_beat_schedules_reclaim_and_escalation_from_code(settings):
-    from retasc.celery import setup_periodic_tasks
+    """On the real Celery app: a receiver of on_after_configure that raises is swallowed
+    by the signal, and beat then runs with an empty schedule (no job ever ran)."""
+    from celery import Celery
 
-    scheduled = []
+    from retasc.celery import app, setup_periodic_tasks
 
-    class Sender:
-        def add_periodic_task(self, every, task, name):
-            scheduled.append((every, task, name))
-
-    setup_periodic_tasks(Sender())
     every = settings.RETASC_RECLAIM_INTERVAL_SECONDS
-    assert scheduled == [
-        (every, "apps.leases.tasks.reclaim_expired_task", "reclaim expired leases"),
-        (every, "apps.issues.tasks.sla_escalate_task", "SLA escalation"),
-    ]
+    want = {
+        "reclaim expired leases": "apps.leases.tasks.reclaim_expired_task",
+        "SLA escalation": "apps.issues.tasks.sla_escalate_task",
+    }
+    schedule = app.conf.beat_schedule  # configures the app: the receiver has run
+    assert {name: entry["task"] for name, entry in schedule.items()} == want
+    assert {entry["schedule"] for entry in schedule.values()} == {every}
+
+    fresh = Celery("check", set_as_current=False)
+    setup_periodic_tasks(fresh)  # called directly, errors are not swallowed
+    assert {name: entry["task"] for name, entry in fresh.conf.beat_schedule.items()} == want
 
 
 def test_reclaim_task_and_inprocess_runner_write_the_receipt_once(world, clock):
