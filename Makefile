@@ -9,7 +9,7 @@ DEMO_EMAIL ?= owner@example.com
 PYTEST_ARGS ?=
 export RETASC_PUBLIC_URL ?= http://$(HOST):$(PORT)
 
-.PHONY: install run serve test test-postgres lint fmt migrations-check bench bench-quick drills clean
+.PHONY: install run serve test test-postgres lint fmt migrations-check bench bench-quick bench-profile drills clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,6 +58,9 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python -m bench.work_loop --quick --agents 1,8,32 --no-embedded
+
+bench-profile: install
+	$(BIN)/python -m bench.profile_claim --cprofile 30
 
 drills: install
 	$(BIN)/python -m bench.drills

@@ -96,9 +96,15 @@ def select_for_update(model, pk, names: list[str]) -> tuple | None:
 _converters: dict = {}
 
 
+_column_lists: dict = {}
+
+
 def columns(model, alias: str) -> str:
     """``alias.col, ...`` for every concrete field of ``model``, in ``load`` order."""
-    return ", ".join(f"{alias}.{_q(f.column)}" for f in model._meta.concrete_fields)
+    key = (model, alias, connection.vendor)
+    if key not in _column_lists:
+        _column_lists[key] = ", ".join(f"{alias}.{_q(f.column)}" for f in model._meta.concrete_fields)
+    return _column_lists[key]
 
 
 def width(model) -> int:
