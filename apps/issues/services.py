@@ -299,7 +299,10 @@ def issue_update(
             lock_org_ranks(actor.org.pk)
         issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
         now = timezone.now()
-        claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=False)
+        repeat = _finished_with(issue=issue, actor=actor, token=claim_token, status=status)
+        # A holder repeating its own finish (a retry after a lost answer) is answered with
+        # the finished issue, not CLAIM_LOST; its claim is over, so it writes as no holder.
+        claim = None if repeat else claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=False)
         diff: dict = {}
         update_fields: set = set()
 
@@ -377,6 +380,8 @@ def issue_update(
         if {"priority", "dueAt", "status"} & diff.keys():
             unit.rank_dirty(issue.pk)
         if not diff:
+            if repeat:
+                unit.charge = False  # the retry of an action already charged
             return issue
         issue.updated_at = now
         update_fields = {_column(f) for f in update_fields} | {"updated_at"}
@@ -407,6 +412,22 @@ def _require_reviewer(issue: Issue, actor: Actor, claim) -> None:
         raise ServiceError("AUTHOR_CANNOT_REVIEW", f"You submitted {issue.identifier}; another person must review it.")
     if actor.is_agent and (claim is None or claim.kind != "review"):
         raise ServiceError("CLAIM_REQUIRED", f"Claim the review of {issue.identifier} first (claim_issue).")
+
+
+def _finished_with(*, issue: Issue, actor: Actor, token, status) -> bool:
+    """Did this principal's claim ``token`` itself close ``issue`` into ``status``?"""
+    from apps.leases.fencing import claim_by_token, token_hash
+    from apps.leases.models import Claim
+
+    if not token or status is UNSET or status not in CLOSED or issue.status != status or issue.closed_at is None:
+        return False
+    claim = claim_by_token(token_hash(str(token)), issue.pk)
+    return (
+        claim is not None
+        and claim.principal_id == actor.principal_id
+        and claim.end_reason == Claim.End.FINISHED
+        and claim.ended_at == issue.closed_at
+    )
 
 
 def _end_claim(issue: Issue, claim_id, reason: str, now) -> None:

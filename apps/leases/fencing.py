@@ -33,7 +33,7 @@ def holder_only(issue) -> ServiceError:
     )
 
 
-def _claim_by_token(digest: str, issue_id):
+def claim_by_token(digest: str, issue_id):
     """``Claim.objects.filter(token_hash=digest, issue_id=issue_id).first()``, written out
     (apps.core.sql): every claim-bound write passes this fence."""
     from django.db import connection
@@ -64,7 +64,7 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebindi
     """
     live = is_live(issue, now)
     if token:
-        claim = _claim_by_token(token_hash(token), issue.pk)
+        claim = claim_by_token(token_hash(token), issue.pk)
         if claim is None or claim.principal_id != actor.principal_id:
             if live or required:
                 raise (

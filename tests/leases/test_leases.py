@@ -489,3 +489,29 @@ def test_lease_writes_on_another_orgs_issue_are_not_found(world, unchanged):
         lambda: leases.claim_issue(actor=world.x, identifier="ACME-1", claim_token=token),
     ):
         refused(unchanged, "NOT_FOUND", call)
+
+
+# --- a repeated finish ----------------------------------------------------------------
+
+
+def test_a_repeated_finish_answers_the_finished_issue(world, unchanged):
+    """A retry after a lost answer: the holder's own finish, again, changes nothing."""
+    new_issue(world.a, "T")
+    token = leases.next_issue(actor=world.a)["claimToken"]
+    issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token)
+    with unchanged():  # no receipt, no ledger entry, no field
+        again = issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token)
+    assert again.status == "done"
+    assert verbs().count("finished") == 1
+    # the token is still over for everything else
+    refused(unchanged, "CLAIM_LOST", lambda: leases.heartbeat(actor=world.a, identifier="ACME-1", claim_token=token))
+
+
+def test_a_lapsed_token_stays_lost_after_another_agent_finished(world, unchanged, clock):
+    new_issue(world.a, "T")
+    lapsed = leases.next_issue(actor=world.a)["claimToken"]
+    clock.advance(hours=1)  # the lease lapses; the member's agent takes over and finishes
+    took = leases.next_issue(actor=world.b)
+    assert took["resumed"] is False and took["reclaimCount"] == 1
+    issue_update(actor=world.b, identifier="ACME-1", status="done", claim_token=took["claimToken"])
+    refused(unchanged, "CLAIM_LOST", lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=lapsed))
