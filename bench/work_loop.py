@@ -295,6 +295,21 @@ async def run_raw(
     await asyncio.gather(*(worker() for _ in range(conns)))
     st.elapsed = time.monotonic() - t0
     st.conns = conns
+    if not finish:
+        # A claim-only cell leaves its issues held. Finish them (untimed): left held, every
+        # later pick would walk past them in the index and the raw limit would read low.
+        async with await psycopg.AsyncConnection.connect(db_url.replace("postgres://", "postgresql://")) as conn:
+            async with conn.transaction():
+                held = "SELECT id FROM issues_issue WHERE project_id = %s AND status = 'doing'"
+                await conn.execute(
+                    f"UPDATE leases_claim SET ended_at = now(), end_reason = 'finished' WHERE ended_at IS NULL AND issue_id IN ({held})",
+                    [project_id],
+                )
+                await conn.execute(
+                    "UPDATE issues_issue SET status = 'done', closed_at = now(), lease_claim_id = NULL, lease_principal_id = NULL,"
+                    " lease_expires_at = NULL WHERE project_id = %s AND status = 'doing'",
+                    [project_id],
+                )
     return st
 
 
@@ -336,7 +351,9 @@ def py_spy(pid: int, seconds: int, out: str) -> subprocess.Popen | None:
     if not os.path.exists(spy):
         return None
     return subprocess.Popen(
-        [spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50", "--format", "raw", "-o", out, "--nonblocking"],
+        # --gil: only the thread holding the GIL is sampled, so the shares are of the
+        # process's Python CPU time (threads waiting on the database or the GIL are out).
+        [spy, "record", "-p", str(pid), "-d", str(seconds), "-r", "50", "--format", "raw", "-o", out, "--nonblocking", "--gil"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -362,6 +379,37 @@ def top_frames(path: str, limit: int = 18) -> list[tuple[str, float]]:
         for f in frames:
             incl[f] += c
     return [(f, round(100 * c / total, 1)) for f, c in incl.most_common(limit)] if total else []
+
+
+_WRAPPERS = ("apps/mcp/asgi.py", "apps/core/graceful.py", "apps/core/handler.py")
+
+
+def cpu_split(path: str) -> dict:
+    """Share of the sampled CPU by layer: the project's code (and the ORM and driver calls
+    it makes), Django/DRF request handling around it, and the server underneath (Daphne,
+    Twisted, asyncio, asgiref thread hand-offs)."""
+    split, total = Counter(), 0
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c = int(count)
+        total += c
+        # The project's ASGI wrappers (the /mcp router, graceful shutdown, the handler)
+        # wrap every request; they are server plumbing here, not request work.
+        frames = [f for f in stack.split(";") if not any(w in f for w in _WRAPPERS)]
+        stack = ";".join(frames)
+        if "(apps/" in stack:
+            split["project code (apps/, with the ORM and driver under it)"] += c
+        elif "rest_framework/" in stack or "django/" in stack:
+            split["Django/DRF request handling"] += c
+        else:
+            split["server: Daphne, Twisted, asyncio, asgiref, threads (MCP: and the SDK)"] += c
+    return {k: round(100 * v / total, 1) for k, v in split.most_common()} if total else {}
 
 
 async def main_async(o) -> int:
@@ -450,7 +498,7 @@ async def main_async(o) -> int:
                             spy.wait(o.seconds + 30)
                         except subprocess.TimeoutExpired:
                             spy.kill()
-                        profiles[transport] = top_frames(prof)
+                        profiles[transport] = {"cpu_split": cpu_split(prof), "top_frames": top_frames(prof)}
                     row = {
                         "transport": transport,
                         "finish": True,
