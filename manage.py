@@ -5,6 +5,9 @@ import sys
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
+    # One-off commands need no connection pool; without one a wrong DATABASE_URL fails at
+    # once instead of retrying for RETASC_DB_POOL_TIMEOUT seconds. Servers keep theirs.
+    os.environ.setdefault("RETASC_DB_POOL_SIZE", "0")
     from django.core.exceptions import ImproperlyConfigured
 
     try:

@@ -182,3 +182,49 @@ def test_master_key_from_a_mounted_file(deployment, tmp_path_factory):
     assert run("help").returncode == 0
     env["RETASC_MASTER_KEY_FILE"] = str(secrets_dir / "missing")
     assert_one_sentence(run("check"), "RETASC_MASTER_KEY_FILE points to")
+
+
+# --- the PostgreSQL pool: servers have one, one-off commands do not ------------------
+
+POOL_PROBE = "from django.conf import settings; print('pool=' + str('pool' in settings.DATABASES['default']['OPTIONS']))"
+
+
+_POOL_KEY = _key()
+
+
+def _pool_env(tmp_path, **extra) -> dict:
+    # Settings only: nothing here connects (port 1 would refuse).
+    return {**_env(tmp_path, _POOL_KEY), "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", **extra}
+
+
+def test_one_off_commands_run_without_a_pool(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", POOL_PROBE],
+        cwd=BASE,
+        env=_pool_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip().splitlines()[-1:] == ["pool=False"], done.stderr
+    asked = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", POOL_PROBE],
+        cwd=BASE,
+        env=_pool_env(tmp_path, RETASC_DB_POOL_SIZE="5"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert asked.stdout.strip().splitlines()[-1:] == ["pool=True"], asked.stderr
+
+
+def test_the_server_settings_have_a_pool(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {POOL_PROBE}"],
+        cwd=BASE,
+        env=_pool_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip().splitlines()[-1:] == ["pool=True"], done.stderr
