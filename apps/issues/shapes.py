@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
+from apps.core import sql
 from apps.core.actor import Actor
 from apps.issues.models import CLOSED, Issue, Label, Relation
 from apps.issues.sla import RANK_PRIORITY, sla
@@ -52,11 +53,6 @@ def issue_shapes(issues: list[Issue], *, actor: Actor | None, now=None) -> list[
 # as ORM querysets they were most of the CPU of shaping an issue.
 
 
-def _marks(ids) -> tuple[str, list]:
-    prep = Issue._meta.pk.get_db_prep_value
-    return ", ".join(["%s"] * len(ids)), [prep(i, connection) for i in ids]
-
-
 def _uuid(value) -> uuid.UUID:
     return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 
@@ -64,29 +60,29 @@ def _uuid(value) -> uuid.UUID:
 def _edges(ids) -> list[tuple]:
     """``blocks`` edges into or out of ``ids``: (source, target, source identifier,
     source status, target identifier)."""
-    marks, params = _marks(ids)
+    marks, params = sql.marks(Issue, ids)
     issue_t, rel_t, project_t = Issue._meta.db_table, Relation._meta.db_table, Project._meta.db_table
-    sql = (
+    query = (
         f"SELECT r.source_id, r.target_id, sp.prefix, s.number, s.status, tp.prefix, t.number FROM {rel_t} r"
         f" JOIN {issue_t} s ON s.id = r.source_id JOIN {project_t} sp ON sp.id = s.project_id"
         f" JOIN {issue_t} t ON t.id = r.target_id JOIN {project_t} tp ON tp.id = t.project_id"
         f" WHERE r.type = 'blocks' AND (r.target_id IN ({marks}) OR r.source_id IN ({marks}))"
     )
     with connection.cursor() as cur:
-        cur.execute(sql, params + params)
+        cur.execute(query, params + params)
         rows = cur.fetchall()
     return [(_uuid(src), _uuid(tgt), f"{sp}-{sn}", status, f"{tp}-{tn}") for src, tgt, sp, sn, status, tp, tn in rows]
 
 
 def _labels(ids) -> list[tuple]:
-    marks, params = _marks(ids)
+    marks, params = sql.marks(Issue, ids)
     through = Issue.labels.through
-    sql = (
+    query = (
         f"SELECT il.issue_id, l.name FROM {through._meta.db_table} il JOIN {Label._meta.db_table} l ON l.id = il.label_id"
         f" WHERE il.issue_id IN ({marks})"
     )
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        cur.execute(query, params)
         return [(_uuid(issue_id), name) for issue_id, name in cur.fetchall()]
 
 
