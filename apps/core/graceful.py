@@ -2,9 +2,8 @@
 
 On SIGTERM Daphne cancels every application instance at once and the reactor then stops
 the event loop. A request whose worker thread is in the middle of a sync view cannot be
-cancelled: the thread goes on, reaches its next hop back to the loop (the middleware
-chain's ``async_to_sync``, publishing live events) and waits there for ever, because the
-loop is gone. The interpreter's exit joins those threads, so the process never exits.
+cancelled: the thread goes on, reaches its next hop back to the loop (publishing live
+events after commit) and waits there for ever, because the loop is gone. The interpreter's exit joins those threads, so the process never exits.
 
 ``GracefulHTTP`` wraps the HTTP side of the ASGI application:
 

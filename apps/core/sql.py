@@ -42,16 +42,7 @@ def insert(model, rows: list[dict], *, returning_pk: bool = False):
 
 def update(model, pk, values: dict) -> int:
     """UPDATE one row by primary key; returns the number of rows changed."""
-    fields = _fields(model, list(values))
-    pk_field = model._meta.pk
-    sql = (
-        f"UPDATE {_q(model._meta.db_table)} SET {', '.join(f'{_q(f.column)} = %s' for f in fields)} "
-        f"WHERE {_q(pk_field.column)} = %s"
-    )
-    params = [field.get_db_prep_save(values[field.attname], connection) for field in fields]
-    with connection.cursor() as cur:
-        cur.execute(sql, [*params, pk_field.get_db_prep_value(pk, connection)])
-        return cur.rowcount
+    return update_many(model, [pk], values)
 
 
 def update_many(model, pks, values: dict) -> int:

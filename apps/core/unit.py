@@ -125,32 +125,19 @@ def _flush(unit: Unit) -> None:
     rows = []
     for entry in unit.entries:
         seq += 1
-        row = Activity(
-            org_id=org.pk,
-            seq=seq,
-            issue_id=entry.issue_id,
-            principal_id=actor.principal_id,
-            key_id=actor.key_id,
-            runtime=actor.runtime,
-            verb=entry.verb,
-            created_at=now,
-            prev_hash=head,
-        )
+        fields = {
+            "org_id": org.pk,
+            "seq": seq,
+            "issue_id": entry.issue_id,
+            "principal_id": actor.principal_id,
+            "key_id": actor.key_id,
+            "runtime": actor.runtime,
+            "verb": entry.verb,
+            "created_at": now,
+        }
+        row = Activity(**fields, prev_hash=head)
         row.changes = entry.changes
-        row.hash = chain.link_hash(
-            head,
-            chain.canonical(
-                org_id=org.pk,
-                seq=seq,
-                issue_id=entry.issue_id,
-                principal_id=actor.principal_id,
-                key_id=actor.key_id,
-                runtime=actor.runtime,
-                verb=entry.verb,
-                created_at=now,
-                changes_enc=row.changes_enc,
-            ),
-        )
+        row.hash = chain.link_hash(head, chain.canonical(**fields, changes_enc=row.changes_enc))
         head = row.hash
         rows.append(row)
     updates = {"activity_seq": seq, "chain_head": head}
