@@ -32,8 +32,8 @@ def measure_main(argv) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from apps.core import operations as ops
     from apps.orgs.services import agent_key_authenticate
+    from apps.tools import operations as ops
 
     cpu = {"auth": 0.0, "next_issue": 0.0, "done": 0.0}
 

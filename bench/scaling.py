@@ -79,7 +79,7 @@ def measure_main(argv) -> None:
             "head_rank_after_urgent": "propagated" if times else None,
         }
     if o.receipts:
-        from apps.core.chain import verify_org
+        from apps.issues.chain import verify_org
         from apps.issues.models import Activity
 
         n = Activity.objects.filter(org=actor.org).count()
@@ -93,9 +93,9 @@ def measure_main(argv) -> None:
             "ok": problem is None,
         }
     if o.export:
-        from apps.core.actor import Actor
         from apps.intake.services import org_export
         from apps.issues.models import Issue
+        from apps.orgs.actor import Actor
         from apps.orgs.models import Membership
 
         owner = Membership.objects.get(org=actor.org, role="owner")

@@ -21,7 +21,7 @@ from apps.core.keystore import check_master_key  # noqa: E402
 
 check_master_key()  # a wrong master key stops start-up with one sentence
 
-from apps.core.jobs import start_inprocess_jobs  # noqa: E402
+from retasc.jobs import start_inprocess_jobs  # noqa: E402
 
 start_inprocess_jobs()
 

@@ -3,6 +3,7 @@
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
@@ -13,8 +14,6 @@ app.autodiscover_tasks(["apps.leases", "apps.issues"])
 
 @app.on_after_configure.connect
 def setup_periodic_tasks(sender, **kwargs):
-    from django.conf import settings
-
     every = settings.RETASC_RECLAIM_INTERVAL_SECONDS
     # A signature, not a bare task name: Celery reads ``sig.name``, and an exception here is
     # swallowed by the signal (beat then runs with an empty schedule).

@@ -108,8 +108,7 @@ def clock(monkeypatch):
 def snapshot():
     """Everything a refusal must leave unchanged: row counts and issue state."""
     from apps.billing.models import LedgerEntry
-    from apps.issues.models import Activity, Attachment, Checkpoint, Comment, Issue, Relation
-    from apps.leases.models import Claim
+    from apps.issues.models import Activity, Attachment, Checkpoint, Claim, Comment, Issue, Relation
 
     issues = sorted(
         Issue.objects.values_list(

@@ -1,4 +1,4 @@
-from apps.core.chain import verify_org
+from apps.issues.chain import verify_org
 from apps.leases import services as leases
 from tests.conftest import new_issue
 

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
-from retasc.env import env_bool, env_int, env_str
+from apps.core.env import env_bool, env_int, env_str
 
 EMAIL_VERIFICATION_CHOICES = ("none", "optional", "mandatory")
 

@@ -6,4 +6,6 @@ class ApiConfig(AppConfig):
     label = "api"
 
     def ready(self):
-        from apps.api import schema  # noqa: F401  (registers the OpenAPI auth extensions)
+        # Imported in ready(), once the app registry is loaded: it registers the OpenAPI
+        # auth extensions, which import DRF's and the API's authentication classes.
+        from apps.api import schema  # noqa: F401

@@ -11,8 +11,8 @@ import logging
 from django.conf import settings
 from rest_framework import authentication, exceptions, permissions, throttling
 
-from apps.core.actor import Actor
 from apps.core.errors import ServiceError
+from apps.orgs.actor import Actor
 from apps.orgs.selectors import human_org
 from apps.orgs.services import actor_for_human, agent_key_authenticate
 

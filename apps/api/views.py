@@ -1,4 +1,4 @@
-"""The HTTP API: each endpoint parses its input, calls one ``apps.core.operations``
+"""The HTTP API: each endpoint parses its input, calls one ``apps.tools.operations``
 function (the same one the MCP tool calls) and renders its JSON answer.
 
 Routes are declared in ``ROUTES`` (path -> method -> ``Op``); ``build_view`` turns each
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import jsonschema
+from django.conf import settings
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -20,9 +21,12 @@ from rest_framework.views import APIView
 
 from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, SessionOrgAuthentication
 from apps.api.schema import ARGS, QUERY_ARGS, body_schema, ref
-from apps.core import operations
 from apps.core.errors import ServiceError, invalid
 from apps.devices.auth import PersonalTokenAuthentication
+from apps.issues.selectors import attachment_file
+from apps.issues.services import attachment_upload_store
+from apps.issues.shapes import attachment_shape
+from apps.tools import operations
 
 MAX_JSON_BODY = 1024 * 1024
 
@@ -48,7 +52,7 @@ class ApiView(APIView):
 
 @dataclass(frozen=True)
 class Op:
-    tool: str  # the apps.core.operations function (= the MCP tool)
+    tool: str  # the apps.tools.operations function (= the MCP tool)
     operation_id: str
     summary: str
     path: dict = field(default_factory=dict)  # URL kwarg -> tool argument
@@ -468,8 +472,6 @@ class AttachmentFile(ApiView):
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, 401: ref("Error"), 404: ref("Error")},
     )
     def get(self, request, attachment):
-        from apps.issues.selectors import attachment_file
-
         att = attachment_file(actor=request.auth, attachment=attachment)
         response = HttpResponse(att.file, content_type=att.content_type or "application/octet-stream")
         filename = (att.title or str(att.pk)).replace('"', "").replace("\\", "")
@@ -504,11 +506,6 @@ class Upload(APIView):
         responses={201: ref("Attachment"), 401: ref("Error"), 409: ref("Error"), 413: ref("Error")},
     )
     def put(self, request, token):
-        from django.conf import settings
-
-        from apps.issues.services import attachment_upload_store
-        from apps.issues.shapes import attachment_shape
-
         limit = settings.RETASC_UPLOAD_MAX_BYTES
         length = request.META.get("CONTENT_LENGTH") or ""
         if length.isdigit() and int(length) > limit:

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from apps.billing import pricing
 from apps.billing.models import LedgerEntry, Tier
-from apps.core.actor import Actor
-from apps.issues.shapes import iso
+from apps.core.formats import iso
+from apps.orgs.actor import Actor
 from apps.orgs.models import Org
 
 RECENT_ROWS = 20

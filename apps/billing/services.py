@@ -1,10 +1,10 @@
-"""Billing writes an org's people make (credit grants live in apps.orgs.services)."""
+"""Billing writes: the monthly cap, and credit (staff grants, top-ups)."""
 
 from __future__ import annotations
 
-from apps.core.actor import Actor
 from apps.core.errors import ServiceError, invalid
 from apps.core.unit import mutation
+from apps.orgs.actor import Actor
 from apps.orgs.models import Org
 
 MAX_CAP_MICROS = 10**13  # $10 million a month: anything above is a typo
@@ -33,3 +33,16 @@ def billing_cap_set(*, actor: Actor, cap_micros: int | None) -> dict:
             Org.objects.filter(pk=actor.org.pk).update(monthly_cap_micros=cap_micros)
             unit.record("billing_cap_set", changes={"monthlyCapMicros": [before, cap_micros]})
     return {"monthlyCapMicros": cap_micros}
+
+
+def credit_grant(*, org: Org, amount_micros: int, note: str, principal_id=None) -> int:
+    """Add credit (staff grants, top-ups). Returns the new balance.
+
+    The credit goes through the unit of work: its ledger entry and the balance change
+    under the org row lock, like every charge (the new-org credit takes the same path).
+    """
+    if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros <= 0:
+        raise invalid("amount", "Credit must be positive.")
+    with mutation(Actor.system(org), "credit", charge=False) as unit:
+        unit.credit(amount_micros, note=note, principal_id=principal_id)
+    return unit.balance_after_micros

@@ -14,14 +14,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from apps.accounts.session import SESSION_ORG
 from apps.core.events import org_group
+from apps.orgs.models import Membership
 
 RECHECK_SECONDS = 30  # a suspended person stops receiving events within this time
 
 
 @database_sync_to_async
 def _active_org_id(user_id, org_id):
-    from apps.orgs.models import Membership
-
     if not org_id:
         return None
     row = (

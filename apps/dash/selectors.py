@@ -10,19 +10,21 @@ import zoneinfo
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, time
+from urllib.parse import urlencode
 
 from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from apps.core.actor import Actor
 from apps.core.errors import invalid
-from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Comment, Issue, Relation, Status
-from apps.issues.selectors import activity_for_issue, human_resolve, issue_resolve
+from apps.issues.chain import verify_org
+from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
+from apps.issues.selectors import activity_for_issue, issue_resolve
 from apps.issues.shapes import activity_shape, issue_shapes
-from apps.leases.models import Claim
-from apps.leases.services import queue_counts
+from apps.leases.services import _open_blocker_exists, queue_counts
+from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Membership, Project
+from apps.orgs.selectors import human_resolve
 
 PAGE = 100
 ORDERS = {
@@ -67,8 +69,6 @@ class QueueFilters:
         return f
 
     def query(self, **override) -> str:
-        from urllib.parse import urlencode
-
         values = {
             "project": self.project,
             "status": self.status,
@@ -183,8 +183,6 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
             | Q(in_relations__type="blocks", in_relations__source__status__in=[s for s in Status.values if s not in CLOSED])
         ).distinct()
     elif filters.state == "ready":
-        from apps.leases.services import _open_blocker_exists
-
         qs = (
             qs.filter(work=True, awaiting_triage=False, status__in=DISPATCHABLE)
             .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
@@ -262,7 +260,6 @@ def fleet_page(*, actor: Actor) -> dict:
 
 def issue_page(*, actor: Actor, identifier: str) -> dict:
     """Everything the drill-down shows about one issue (NOT_FOUND outside the org)."""
-    from apps.core.chain import verify_org
 
     now = timezone.now()
     found = issue_resolve(actor=actor, identifier=identifier)

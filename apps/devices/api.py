@@ -17,9 +17,15 @@ from rest_framework.views import APIView
 from apps.api.auth import KeyRateThrottle, SessionOrgAuthentication
 from apps.api.views import FirstRenderer
 from apps.core.errors import invalid
+from apps.core.formats import iso
 from apps.devices import selectors, services
 from apps.devices.auth import HasHumanActor, IsHuman, PersonalTokenAuthentication, PersonalTokenUserAuthentication, current_token
-from apps.issues.shapes import iso
+from apps.leases.revocation import key_revoke_as as key_revoke
+from apps.leases.revocation import key_rotate_as as key_rotate
+from apps.orgs.selectors import invites_list, project_shape
+from apps.orgs.services import invite_create, invite_redeem, invite_revoke, org_create
+from apps.orgs.services import key_mint_as as key_mint
+from apps.orgs.services import project_create_as as project_create
 
 
 def _body(request, allowed: tuple[str, ...]) -> dict:
@@ -120,8 +126,6 @@ class Orgs(UserView):
         return Response({"orgs": selectors.orgs_for_user(user=request.user)})
 
     def post(self, request):
-        from apps.orgs.services import org_create
-
         data = _body(request, ("name",))
         org = org_create(name=_text(data, "name", required=True, limit=120), owner=request.user)
         return Response({"slug": org.slug, "name": org.name, "role": "owner", "projects": []}, status=201)
@@ -129,9 +133,6 @@ class Orgs(UserView):
 
 class Projects(CliView):
     def post(self, request):
-        from apps.orgs.selectors import project_shape
-        from apps.orgs.services import project_create_as as project_create  # the owner-only rule, written once
-
         data = _body(request, ("prefix", "name"))
         project = project_create(
             actor=request.auth, prefix=_text(data, "prefix", required=True, limit=10), name=_text(data, "name", limit=120)
@@ -141,13 +142,9 @@ class Projects(CliView):
 
 class Invites(CliView):
     def get(self, request):
-        from apps.orgs.selectors import invites_list
-
         return Response({"invites": invites_list(actor=request.auth)})
 
     def post(self, request):
-        from apps.orgs.services import invite_create
-
         data = _body(request, ("expiresDays", "role"))
         invite, raw = invite_create(actor=request.auth, expires_days=data.get("expiresDays", 7), role=data.get("role", "member"))
         return Response(
@@ -167,8 +164,6 @@ class Invites(CliView):
 
 class InviteRevoke(CliView):
     def post(self, request, ref):
-        from apps.orgs.services import invite_revoke
-
         invite_id = selectors.invite_resolve(actor=request.auth, ref=ref)
         invite_revoke(actor=request.auth, invite_id=invite_id)
         return Response({"id": invite_id, "status": "revoked"})
@@ -176,8 +171,6 @@ class InviteRevoke(CliView):
 
 class InviteRedeem(UserView):
     def post(self, request):
-        from apps.orgs.services import invite_redeem
-
         data = _body(request, ("code",))
         membership = invite_redeem(code=_text(data, "code", required=True, limit=100), user=request.user)
         org = membership.org
@@ -199,8 +192,6 @@ class Keys(CliView):
         return Response({"keys": selectors.keys_list(actor=request.auth, include_revoked=include)})
 
     def post(self, request):
-        from apps.orgs.services import key_mint_as as key_mint  # the who-may-mint-for-whom rule, written once
-
         data = _body(request, ("project", "runtime", "label"))
         actor = request.auth
         project = _text(data, "project", limit=10) or (actor.project.prefix if actor.project else "")
@@ -215,8 +206,6 @@ class Keys(CliView):
 
 class KeyRotate(CliView):
     def post(self, request, ref):
-        from apps.orgs.services import key_rotate_as as key_rotate
-
         key_id = selectors.key_resolve(actor=request.auth, ref=ref)
         key, raw = key_rotate(actor=request.auth, key_id=key_id)
         return Response({"agentKey": raw, "key": selectors.key_shape(key), "replaced": key_id})
@@ -224,8 +213,6 @@ class KeyRotate(CliView):
 
 class KeyRevoke(CliView):
     def post(self, request, ref):
-        from apps.orgs.services import key_revoke_as as key_revoke
-
         key = key_revoke(actor=request.auth, key_id=selectors.key_resolve(actor=request.auth, ref=ref))
         key.refresh_from_db()
         return Response(selectors.key_shape(key))

@@ -15,10 +15,11 @@ import dataclasses
 
 from rest_framework import authentication, exceptions, permissions
 
-from apps.core.actor import Actor
 from apps.core.errors import ServiceError
 from apps.devices.models import PersonalToken
 from apps.devices.services import TOKEN_PREFIX, personal_token_authenticate
+from apps.orgs.actor import Actor
+from apps.orgs.selectors import human_org
 from apps.orgs.services import actor_for_human
 
 ORG_HEADER = "X-Retasc-Org"
@@ -38,7 +39,6 @@ def _bearer_token(request) -> str | None:
 
 def human_actor(*, user, org_slug: str | None) -> Actor:
     """The human's actor in the named org, else in their first active org."""
-    from apps.orgs.selectors import human_org
 
     org = human_org(user=user, org_slug=org_slug)
     if org is None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.db.models import Count, Q
 
-from apps.core.actor import Actor
 from apps.core.errors import not_found
-from apps.issues.shapes import iso
-from apps.orgs.models import AgentKey, Membership
+from apps.core.formats import iso
+from apps.orgs.actor import Actor
+from apps.orgs.models import AgentKey, Invite, Membership
 
 
 def orgs_for_user(*, user) -> list[dict]:
@@ -78,7 +78,6 @@ def key_resolve(*, actor: Actor, ref) -> int:
 
 def invite_resolve(*, actor: Actor, ref) -> int:
     """An invite named by its id or the visible start of its code -> its id."""
-    from apps.orgs.models import Invite
 
     ref = str(ref or "").strip()
     if ref.isdigit():

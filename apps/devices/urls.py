@@ -2,8 +2,8 @@
 
 from django.urls import path
 
+from apps.api.export import Export
 from apps.devices import api
-from apps.intake.api import Export
 
 urlpatterns = [
     path("cli/device/start", api.DeviceStart.as_view(), name="cli-device-start"),

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from apps.core.actor import Actor
 from apps.core.errors import ServiceError, invalid
+from apps.core.formats import iso
 from apps.issues.models import Activity, Attachment, Checkpoint, Comment, Issue, Label, Relation
-from apps.issues.shapes import iso, issue_shapes
+from apps.issues.shapes import issue_shapes
+from apps.orgs.actor import Actor
 from apps.orgs.models import Membership, Project
 
 FORMATS = ("json", "csv")

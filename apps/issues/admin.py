@@ -1,6 +1,9 @@
 from django.contrib import admin
+from django.template.response import TemplateResponse
 
-from apps.issues.models import Activity, Attachment, Checkpoint, Comment, Issue, Label, Relation
+from apps.core.unit import mutation
+from apps.issues.models import Activity, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation
+from apps.orgs.actor import Actor
 
 # Content is encrypted; the admin shows metadata only, never ciphertext or plaintext.
 _SEALED = ["title_enc", "body_enc", "acceptance_enc", "evidence_enc", "cancel_reason_enc", "no_dependency_enc"]
@@ -10,10 +13,7 @@ _SEALED = ["title_enc", "body_enc", "acceptance_enc", "evidence_enc", "cancel_re
 def reveal_content(modeladmin, request, queryset):
     """Staff see titles and bodies only through this action, and each reveal is itself a
     receipt in the org's chain (verb ``content_revealed``, runtime ``admin``)."""
-    from django.template.response import TemplateResponse
 
-    from apps.core.actor import Actor
-    from apps.core.unit import mutation
 
     issues = list(queryset.select_related("org", "project").order_by("org_id", "project__prefix", "number")[:50])
     by_org: dict = {}
@@ -129,3 +129,12 @@ class ActivityAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Claim)
+class ClaimAdmin(admin.ModelAdmin):
+    list_display = ["id", "issue", "principal", "key", "kind", "created_at", "expires_at", "ended_at", "end_reason"]
+    list_filter = ["kind", "end_reason"]
+    exclude = ["token_hash"]
+    raw_id_fields = ["issue", "principal", "key", "org"]
+    readonly_fields = ["created_at", "expires_at", "last_heartbeat_at", "ended_at", "end_reason"]

@@ -97,7 +97,7 @@ class Issue(models.Model):
     sla_next_at = models.DateTimeField(null=True, blank=True)
     rank_dirty = models.BooleanField(default=False)
 
-    # The live lease, denormalized from leases.Claim so a pull is one indexed query.
+    # The live lease, denormalized from Claim (below) so a pull is one indexed query.
     lease_claim_id = models.BigIntegerField(null=True, blank=True)
     lease_principal_id = models.BigIntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -259,3 +259,48 @@ class Activity(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionError("activity entries are append-only")
+
+
+class Claim(models.Model):
+    """One holding of one issue by one key. The token is stored only as its SHA-256.
+
+    It lives with the issue it fences: every claim-bound write to an issue checks it
+    (apps.issues.fencing); dispatch (apps.leases) creates and ends claims.
+
+    A claim is live while ``ended_at`` is empty and ``expires_at`` is in the future. The
+    issue row carries the live claim's id and expiry (``Issue.lease_*``); both change
+    together under the project's claim lock.
+    """
+
+    class Kind(models.TextChoices):
+        WORK = "work"
+        REVIEW = "review"
+
+    class End(models.TextChoices):
+        RELEASED = "released"
+        FINISHED = "finished"
+        SUBMITTED = "submitted"  # handed to review: the author's lease frees
+        EXPIRED = "expired"
+        REVOKED = "revoked"  # the key or its person was retired
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="+")
+    issue = models.ForeignKey("issues.Issue", on_delete=models.CASCADE, related_name="claims")
+    key = models.ForeignKey("orgs.AgentKey", on_delete=models.CASCADE, related_name="claims")
+    principal = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.WORK)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=10, choices=End.choices, blank=True)
+
+    class Meta:
+        # The table keeps the name it was created with in the leases app.
+        db_table = "leases_claim"
+        indexes = [
+            models.Index(fields=["key"], condition=Q(ended_at__isnull=True), name="claim_open_by_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"claim {self.pk} on {self.issue_id}"

@@ -7,14 +7,17 @@ import re
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.core.actor import Actor
+from apps.core import sql
 from apps.core.errors import ServiceError, invalid, not_found
-from apps.issues.models import Activity, Issue, Label, Status
+from apps.core.unit import metered_read
+from apps.issues.models import CLOSED, Activity, Attachment, Checkpoint, Comment, Issue, Label, Status
 from apps.issues.sla import sla
-from apps.orgs.models import Membership, Project
+from apps.orgs.actor import Actor
+from apps.orgs.models import Membership, Project, ProjectAlias
+from apps.orgs.selectors import human_resolve, project_shape
 
 User = get_user_model()
 IDENT_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]{1,9})-(\d{1,9})\s*$")
@@ -27,8 +30,6 @@ def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue
     issue = _issue_by_prefix(actor=actor, prefix=match.group(1).upper(), number=int(match.group(2)), lock=lock)
     if issue is None:
         # A renamed project's old prefix still resolves (OLD-12 -> NEW-12).
-        from apps.orgs.models import ProjectAlias
-
         alias = (
             ProjectAlias.objects.filter(org_id=actor.org.pk, prefix=match.group(1).upper())
             .values_list("project_id", flat=True)
@@ -69,9 +70,6 @@ def _issue_by_prefix(*, actor: Actor, prefix: str, number: int, lock: bool) -> I
 def issue_with_people(pk) -> Issue:
     """``Issue.objects.with_people().get(pk=pk)``, written out (apps.core.sql): every
     claim and every write answers with the issue shaped from this read."""
-    from apps.core import sql
-    from apps.issues.models import Checkpoint
-
     q = connection.ops.quote_name
     parts = ((Issue, "i"), (Project, "p"), (User, "ua"), (User, "uu"), (Checkpoint, "c"), (User, "cu"))
     query = (
@@ -109,27 +107,6 @@ def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
     if project is None:
         raise not_found(f"Project {prefix}")
     return project
-
-
-def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) -> int | None:
-    """A human of the org named by e-mail, member id, ``me`` (or ``none``): their user id."""
-    if ref is None or (isinstance(ref, str) and ref.strip().lower() in ("", "none")):
-        if allow_none:
-            return None
-        raise invalid(field, f"{field} must name a person.")
-    text = str(ref).strip()
-    if text.lower() == "me":
-        if actor.principal_id is None:
-            raise invalid(field, "'me' needs a person.")
-        return actor.principal_id
-    members = Membership.objects.filter(org_id=actor.org.pk)
-    if text.isdigit():
-        membership = members.filter(pk=int(text)).first()
-    else:
-        membership = members.filter(user__email__iexact=text).first()
-    if membership is None:
-        raise invalid(field, f"{text!r} is not a member of this org.")
-    return membership.user_id
 
 
 def active_member(*, org_id, user_id) -> bool:
@@ -235,9 +212,6 @@ def attachment_file(*, actor: Actor, attachment: str):
     """An uploaded attachment with its (sealed) file, for members of its org only."""
     import uuid
 
-    from apps.core.unit import metered_read
-    from apps.issues.models import Attachment
-
     try:
         pk = uuid.UUID(str(attachment))
     except ValueError:
@@ -251,16 +225,12 @@ def attachment_file(*, actor: Actor, attachment: str):
 
 def comments_list(*, actor: Actor, issue: str) -> list:
     """An issue's comments, oldest first, retracted ones included (struck through)."""
-    from apps.issues.models import Comment
-
     target = issue_resolve(actor=actor, identifier=issue)
     return list(Comment.objects.filter(issue=target).select_related("issue__project", "author").order_by("created_at", "pk"))
 
 
 def attachments_list(*, actor: Actor, issue: str) -> list:
     """An issue's attachments, oldest first, obsolete ones included (marked)."""
-    from apps.issues.models import Attachment
-
     target = issue_resolve(actor=actor, identifier=issue)
     rows = Attachment.objects.filter(issue=target).select_related("issue__project").defer("file_enc")
     return list(rows.order_by("created_at", "pk"))
@@ -270,8 +240,6 @@ def attachment_get(*, actor: Actor, attachment: str):
     """One attachment of the actor's org; any other id reads as NOT_FOUND."""
     import uuid
 
-    from apps.issues.models import Attachment
-
     try:
         pk = uuid.UUID(str(attachment))
     except ValueError:
@@ -280,3 +248,15 @@ def attachment_get(*, actor: Actor, attachment: str):
     if att is None:
         raise not_found("Attachment")
     return att
+
+
+def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
+    if prefix:
+        project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+    else:
+        project = actor.project
+    if project is None:
+        raise not_found(f"Project {prefix}")
+    by_status = dict(Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n"))
+    open_count = sum(n for s, n in by_status.items() if s not in CLOSED)
+    return project_shape(project, {"byStatus": by_status, "open": open_count})

@@ -7,19 +7,27 @@ before writing anything, so a refusal leaves the database as it was.
 
 from __future__ import annotations
 
-from django.db import IntegrityError
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.core import signing
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.core.actor import Actor
+from apps.core import keystore
 from apps.core.errors import ServiceError, invalid, not_found
-from apps.core.unit import mutation
+from apps.core.formats import iso
+from apps.core.unit import metered_read, mutation
 from apps.issues import inputs
-from apps.issues.models import CLOSED, Attachment, Checkpoint, Comment, Issue, Label, Relation, Status
+from apps.issues.fencing import claim_by_token, claim_fence, is_live, token_hash
+from apps.issues.models import CLOSED, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, Status
 from apps.issues.ranking import ancestors, lock_org_ranks
-from apps.issues.selectors import active_member, human_resolve, issue_resolve, project_resolve
-from apps.leases.fencing import claim_fence, is_live
-from apps.orgs.models import Project
+from apps.issues.selectors import active_member, issue_resolve, project_resolve
+from apps.orgs.actor import Actor
+from apps.orgs.models import AgentKey, Membership, Org, Project
+from apps.orgs.selectors import human_resolve
 
 UNSET = object()
 
@@ -416,9 +424,6 @@ def _require_reviewer(issue: Issue, actor: Actor, claim) -> None:
 
 def _finished_with(*, issue: Issue, actor: Actor, token, status) -> bool:
     """Did this principal's claim ``token`` itself close ``issue`` into ``status``?"""
-    from apps.leases.fencing import claim_by_token, token_hash
-    from apps.leases.models import Claim
-
     if not token or status is UNSET or status not in CLOSED or issue.status != status or issue.closed_at is None:
         return False
     claim = claim_by_token(token_hash(str(token)), issue.pk)
@@ -431,8 +436,6 @@ def _finished_with(*, issue: Issue, actor: Actor, token, status) -> bool:
 
 
 def _end_claim(issue: Issue, claim_id, reason: str, now) -> None:
-    from apps.leases.models import Claim
-
     if claim_id:
         Claim.objects.filter(pk=claim_id, ended_at__isnull=True).update(ended_at=now, end_reason=reason)
     issue.lease_claim_id = issue.lease_principal_id = issue.lease_expires_at = None
@@ -646,8 +649,6 @@ def attachment_obsolete(*, actor: Actor, attachment: str, reason) -> Attachment:
 
 
 def _by_uuid(model, ref, actor: Actor, what: str, lock: bool = False):
-    import uuid
-
     try:
         pk = uuid.UUID(str(ref))
     except ValueError:
@@ -685,14 +686,8 @@ def attachment_upload_prepare(*, actor: Actor, issue: str) -> dict:
     The token names the attachment id up front, so a second PUT with it is refused
     (CONFLICT): the id is the primary key of the row the first PUT creates.
     """
-    import uuid
-    from datetime import timedelta
 
-    from django.conf import settings
-    from django.core import signing
 
-    from apps.core.unit import metered_read
-    from apps.issues.shapes import iso
 
     target = issue_resolve(actor=actor, identifier=issue)
     attachment_id = uuid.uuid4()
@@ -714,7 +709,6 @@ def attachment_upload_prepare(*, actor: Actor, issue: str) -> dict:
 
 def _upload_actor(claims: dict) -> Actor:
     """The actor who prepared the upload, if they still have access (else UNAUTHORIZED)."""
-    from apps.orgs.models import AgentKey, Membership, Org
 
     refused = ServiceError("UNAUTHORIZED", "That upload link is invalid, expired or already used.")
     org = Org.objects.filter(pk=claims["o"], deleted_at__isnull=True).first()
@@ -744,9 +738,6 @@ def _upload_actor(claims: dict) -> Actor:
 
 def attachment_upload_store(*, token: str, content: bytes, content_type: str = "", filename: str = "") -> Attachment:
     """Store an uploaded file (sealed) as a new attachment, with its receipt."""
-    from django.conf import settings
-    from django.core import signing
-    from django.db import transaction
 
     try:
         claims = signing.loads(token, salt=UPLOAD_SALT, max_age=settings.RETASC_UPLOAD_URL_TTL_SECONDS)
@@ -797,3 +788,17 @@ def attachment_upload_store(*, token: str, content: bytes, content_type: str = "
             },
         )
     return att
+
+
+# --- the org as a whole -----------------------------------------------------------------
+
+
+def org_delete(*, org: Org) -> None:
+    """Delete an org and crypto-shred its content: its data key is destroyed."""
+    org_ref = str(org.pk)
+    with transaction.atomic():
+        # Issue.parent is PROTECT (a container cannot vanish under its children); the
+        # whole org goes, so unhook the hierarchy first or the cascade refuses.
+        Issue.objects.filter(org_id=org.pk, parent__isnull=False).update(parent=None)
+        org.delete()
+        transaction.on_commit(lambda: keystore.data_key_destroy(org_ref))

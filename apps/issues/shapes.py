@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from datetime import UTC
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
 from apps.core import sql
-from apps.core.actor import Actor
-from apps.issues.models import CLOSED, Issue, Label, Relation
+from apps.core.formats import iso
+from apps.issues.models import CLOSED, Claim, Issue, Label, Relation
 from apps.issues.sla import RANK_PRIORITY, sla
+from apps.orgs.actor import Actor
 from apps.orgs.models import Project
 
 User = get_user_model()
-
-
-def iso(value):
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
 
 
 def issue_shapes(issues: list[Issue], *, actor: Actor | None, now=None) -> list[dict]:
@@ -136,8 +132,6 @@ def _shape(issue: Issue, actor, now, blocked_by, blocks, labels, emails) -> dict
 def _claim_key(issue: Issue):
     # The live claim's key, looked up once per shaped issue only when the caller's
     # principal holds it (rare in lists, always one row in claim answers).
-    from apps.leases.models import Claim
-
     cached = issue.__dict__.get("_claim_key")
     if cached is None:
         cached = Claim.objects.filter(pk=issue.lease_claim_id).values_list("key_id", flat=True).first()

@@ -5,11 +5,10 @@ from __future__ import annotations
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.core.actor import Actor
-from apps.issues.models import Issue
-from apps.issues.shapes import iso
-from apps.leases.models import Claim
+from apps.core.formats import iso
+from apps.issues.models import Claim, Issue
 from apps.leases.services import queue_counts
+from apps.orgs.actor import Actor
 
 
 def queue_status(*, actor: Actor) -> dict:

@@ -10,25 +10,29 @@ issue first records the reclaim (so no periodic tick is needed for correctness).
 
 from __future__ import annotations
 
+import uuid
 import zlib
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.core import sql
-from apps.core.actor import Actor
 from apps.core.errors import ServiceError, invalid
-from apps.core.unit import mutation
+from apps.core.formats import iso
+from apps.core.unit import metered_read, mutation
 from apps.issues import inputs
-from apps.issues.models import CLOSED, DISPATCHABLE, Issue, Relation, Status
+from apps.issues.fencing import claim_fence, is_live, new_token
+from apps.issues.models import CLOSED, DISPATCHABLE, Claim, Issue, Relation, Status
 from apps.issues.ranking import ranks_catch_up
 from apps.issues.selectors import issue_resolve, issue_with_people
 from apps.issues.services import checkpoint_write
-from apps.leases.fencing import claim_fence, is_live, new_token
-from apps.leases.models import Claim
+from apps.issues.shapes import issue_shape, issue_shapes
+from apps.orgs.actor import Actor
+from apps.orgs.models import Org
 
 MAX_BATCH = 25
 
@@ -200,8 +204,6 @@ def _reclaim(*, issue: Issue, now, unit) -> None:
 
 
 def claim_answer(*, issue: Issue, claim: Claim, raw: str, actor: Actor, now) -> dict:
-    from apps.issues.shapes import iso, issue_shape
-
     checkpoint = issue.checkpoint
     return {
         "issue": issue_shape(issue, actor=actor, now=now),
@@ -241,8 +243,6 @@ def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
             kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
             claim, raw = _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind)
     if empty:
-        from apps.core.unit import metered_read
-
         metered_read(actor, "next_issue_empty")
         return {"issue": None, **queue_counts(actor=actor, project_id=project_id, now=timezone.now())}
     # Shaped after commit, outside the lock (people and relations come with this read).
@@ -281,9 +281,6 @@ def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = Fals
     ranks_catch_up(org_id=actor.org.pk)
     project_id = actor.project.pk
     if not claim:
-        from apps.core.unit import metered_read
-        from apps.issues.shapes import issue_shapes
-
         now = timezone.now()
         picked = _independent(ready_queryset(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes), n)
         metered_read(actor, "next_batch")
@@ -350,7 +347,6 @@ def _independent(queryset, n: int) -> list[Issue]:
 
 def _reachability(ids) -> dict:
     """For each id, the set of issues it reaches through ``blocks`` edges (any status)."""
-    import uuid
 
     table = Relation._meta.db_table
     prep = Issue._meta.pk.get_db_prep_value
@@ -428,8 +424,6 @@ def _eligible(*, issue: Issue, actor: Actor, now) -> None:
     if issue.status == Status.REVIEW and issue.submitted_by_id == actor.principal_id:
         raise ServiceError("AUTHOR_CANNOT_REVIEW", f"You submitted {issue.identifier}; another person must review it.")
     if is_live(issue, now):
-        from django.contrib.auth import get_user_model
-
         holder = get_user_model().objects.filter(pk=issue.lease_principal_id).values_list("email", flat=True).first()
         raise ServiceError(
             "HELD",
@@ -440,9 +434,6 @@ def _eligible(*, issue: Issue, actor: Actor, now) -> None:
 
 
 def check_claim(*, actor: Actor, identifier: str) -> dict:
-    from apps.core.unit import metered_read
-    from apps.issues.shapes import iso
-
     issue = issue_resolve(actor=actor, identifier=identifier)
     now = timezone.now()
     metered_read(actor, "check_claim")
@@ -471,7 +462,6 @@ def _renew(*, issue: Issue, claim: Claim, actor: Actor, now) -> None:
 
 def heartbeat(*, actor: Actor, identifier: str, claim_token: str) -> dict:
     """Renew the lease. Needs the live claim's token. No receipt: a heartbeat changes no content."""
-    from apps.issues.shapes import iso
 
     with mutation(actor, "heartbeat"):
         issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
@@ -483,7 +473,6 @@ def heartbeat(*, actor: Actor, identifier: str, claim_token: str) -> dict:
 
 def checkpoint(*, actor: Actor, identifier: str, note, claim_token: str) -> dict:
     """Save the handoff note (survives release and reclaim) and renew the lease."""
-    from apps.issues.shapes import iso
 
     note = inputs.text(note, "note", required=True, limit=50_000)
     with mutation(actor, "checkpoint") as unit:
@@ -527,7 +516,6 @@ def release_issue(*, actor: Actor, identifier: str, claim_token: str, note=None)
 
 def reclaim_expired(*, now=None, limit: int = 1000) -> int:
     """Free every expired lease with its receipt. Idempotent: safe to run anywhere, often."""
-    from apps.orgs.models import Org
 
     now = now or timezone.now()
     done = 0

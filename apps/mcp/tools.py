@@ -1,4 +1,4 @@
-"""The MCP tools: one per ``apps.core.operations`` function, with a hand-written compact schema.
+"""The MCP tools: one per ``apps.tools.operations`` function, with a hand-written compact schema.
 
 Every tool does the same three things (STYLE §1): rebuild the Actor from the bearer key
 the transport verified, call the one operation of the same name, and render the answer:
@@ -29,11 +29,11 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-from apps.core import operations
-from apps.core.actor import Actor
 from apps.core.errors import ServiceError, invalid
 from apps.mcp.db import database_turn
+from apps.orgs.actor import Actor
 from apps.orgs.services import UNAUTHORIZED, agent_key_authenticate
+from apps.tools import operations
 
 log = logging.getLogger(__name__)
 

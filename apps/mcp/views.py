@@ -6,8 +6,8 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
-from apps.core.operations import TOOLS
 from apps.mcp.server import MCP_PATH
+from apps.tools.operations import TOOLS
 
 
 @require_GET

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from django.db.models import Count, Q
+from django.utils import timezone
 
-from apps.core.actor import Actor
-from apps.core.errors import invalid, not_found
-from apps.issues.models import CLOSED, Issue
-from apps.issues.shapes import iso
-from apps.orgs.models import AgentKey, Membership, Project
+from apps.core.errors import ServiceError, invalid, not_found
+from apps.core.formats import iso
+from apps.orgs.actor import Actor
+from apps.orgs.models import AgentKey, Invite, Membership, Org, Project
 
 
 def whoami(*, actor: Actor) -> dict:
@@ -64,25 +64,8 @@ def projects_list(*, actor: Actor) -> list[dict]:
     return [project_shape(p) for p in Project.objects.filter(org_id=actor.org.pk).order_by("prefix")]
 
 
-def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
-    if prefix:
-        project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
-    else:
-        project = actor.project
-    if project is None:
-        raise not_found(f"Project {prefix}")
-    by_status = dict(Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n"))
-    open_count = sum(n for s, n in by_status.items() if s not in CLOSED)
-    return project_shape(project, {"byStatus": by_status, "open": open_count})
-
-
 def invites_list(*, actor: Actor) -> list[dict]:
     """The org's invites with their status. Owners only: members never see them."""
-    from django.utils import timezone
-
-    from apps.core.errors import ServiceError
-    from apps.orgs.models import Invite
-
     if not actor.is_owner:
         raise ServiceError("FORBIDDEN", "Only an org owner can manage invites.", tell_human="Ask an owner of the org.")
     now = timezone.now()
@@ -105,8 +88,6 @@ def human_org(*, user, org_slug: str | None = None):
     """The org a signed-in human acts in: the one named (``X-Retasc-Org``), else their
     first active membership's. ``None`` when they belong to no org yet; an unknown slug
     is NOT_FOUND. (Membership of the named org is checked by ``actor_for_human``.)"""
-    from apps.orgs.models import Org
-
     if org_slug:
         org = Org.objects.filter(slug=org_slug.strip(), deleted_at__isnull=True).first()
         if org is None:
@@ -119,3 +100,24 @@ def human_org(*, user, org_slug: str | None = None):
         .first()
     )
     return membership.org if membership else None
+
+
+def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) -> int | None:
+    """A human of the org named by e-mail, member id, ``me`` (or ``none``): their user id."""
+    if ref is None or (isinstance(ref, str) and ref.strip().lower() in ("", "none")):
+        if allow_none:
+            return None
+        raise invalid(field, f"{field} must name a person.")
+    text = str(ref).strip()
+    if text.lower() == "me":
+        if actor.principal_id is None:
+            raise invalid(field, "'me' needs a person.")
+        return actor.principal_id
+    members = Membership.objects.filter(org_id=actor.org.pk)
+    if text.isdigit():
+        membership = members.filter(pk=int(text)).first()
+    else:
+        membership = members.filter(user__email__iexact=text).first()
+    if membership is None:
+        raise invalid(field, f"{text!r} is not a member of this org.")
+    return membership.user_id

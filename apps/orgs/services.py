@@ -9,15 +9,15 @@ import zoneinfo
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from apps.core import keystore
-from apps.core.actor import Actor
+from apps.core import keystore, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import mutation
-from apps.orgs.models import AgentKey, Membership, Org, Project
+from apps.orgs.actor import Actor
+from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias
 
 User = get_user_model()
 
@@ -74,43 +74,8 @@ def org_create(*, name: str, owner: User, slug: str | None = None, tz: str = "UT
         actor = Actor(org=org, principal_id=owner.pk, key=None, runtime="system", membership=membership)
         with mutation(actor, "org_create", charge=False) as unit:
             unit.record("org_created", changes={"name": [None, name], "slug": [None, org.slug]})
-        credit_grant(org=org, amount_micros=NEW_ORG_CREDIT_MICROS, note="new org credit")
+            unit.credit(NEW_ORG_CREDIT_MICROS, note="new org credit")
     return org
-
-
-def credit_grant(*, org: Org, amount_micros: int, note: str, principal_id=None) -> int:
-    """Add credit (staff grants, top-ups, new-org credit). Returns the new balance."""
-    from apps.billing.models import LedgerEntry
-
-    if amount_micros <= 0:
-        raise invalid("amount", "Credit must be positive.")
-    with transaction.atomic():
-        locked = Org.objects.select_for_update(no_key=True).only("balance_micros").get(pk=org.pk)
-        balance = locked.balance_micros + amount_micros
-        Org.objects.filter(pk=org.pk).update(balance_micros=balance)
-        LedgerEntry.objects.create(
-            org=org,
-            principal_id=principal_id,
-            action="credit",
-            tier="credit",
-            amount_micros=amount_micros,
-            balance_after_micros=balance,
-            note=note[:200],
-        )
-    return balance
-
-
-def org_delete(*, org: Org) -> None:
-    """Delete an org and crypto-shred its content: its data key is destroyed."""
-    from apps.issues.models import Issue
-
-    org_ref = str(org.pk)
-    with transaction.atomic():
-        # Issue.parent is PROTECT (a container cannot vanish under its children); the
-        # whole org goes, so unhook the hierarchy first or the cascade refuses.
-        Issue.objects.filter(org_id=org.pk, parent__isnull=False).update(parent=None)
-        org.delete()
-        transaction.on_commit(lambda: keystore.data_key_destroy(org_ref))
 
 
 def member_add(*, org: Org, user: User, role: str = Membership.Role.MEMBER) -> Membership:
@@ -128,7 +93,6 @@ def project_create(*, org: Org, prefix: str, name: str = "") -> Project:
     if not PREFIX_RE.fullmatch(prefix):
         raise invalid("prefix", "A project prefix is 2-10 letters or digits and starts with a letter.")
     prefix = prefix.upper()
-    from apps.orgs.models import ProjectAlias
 
     if Project.objects.filter(org=org, prefix=prefix).exists() or ProjectAlias.objects.filter(org=org, prefix=prefix).exists():
         raise ServiceError("CONFLICT", f"The org already has a project {prefix}.", field="prefix")
@@ -190,25 +154,6 @@ def session_key_mint(*, actor: Actor, label: str = "") -> tuple[AgentKey, str]:
     return key, raw
 
 
-def agent_key_revoke(*, key: AgentKey) -> None:
-    """Revoke a key and its session keys; their live claims end at once."""
-    from apps.leases.services import claims_end_for_keys
-
-    now = timezone.now()
-    with transaction.atomic():
-        ids = [key.pk, *AgentKey.objects.filter(parent=key).values_list("pk", flat=True)]
-        AgentKey.objects.filter(pk__in=ids, revoked_at__isnull=True).update(revoked_at=now)
-        claims_end_for_keys(org=key.org, key_ids=ids)
-
-
-def agent_key_rotate(*, key: AgentKey) -> tuple[AgentKey, str]:
-    """A new secret with the same owner, project, runtime and label; the old stops working."""
-    with transaction.atomic():
-        new_key, raw = agent_key_mint(org=key.org, user=key.user, project=key.project, runtime=key.runtime, label=key.label)
-        agent_key_revoke(key=key)
-    return new_key, raw
-
-
 UNAUTHORIZED = ServiceError("UNAUTHORIZED", "Missing, unknown or revoked agent key.")
 
 
@@ -216,9 +161,7 @@ def _key_with_holder(secret_hash: str):
     """The live key with this hash, with its org, project and user, and the holder's
     active membership of the key's org (or None): one statement, written out (every
     request pays it; see apps.core.sql)."""
-    from django.db import connection
 
-    from apps.core import sql
 
     models_ = (AgentKey, Org, Project, User, Membership)
     q = connection.ops.quote_name
@@ -300,67 +243,12 @@ def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, r
     return result
 
 
-# --- member administration (owners only) ----------------------------------------------
+# --- the owners-only rule -------------------------------------------------------------
 
 
-def _owner_only(actor: Actor) -> None:
+def owner_only(actor: Actor) -> None:
     if not actor.is_owner:
         raise ServiceError("FORBIDDEN", "Only an org owner can do that.", tell_human="Ask an owner of the org.")
-
-
-def _member(actor: Actor, member_id) -> Membership:
-    from apps.issues.selectors import human_resolve
-
-    user_id = human_resolve(actor=actor, ref=member_id, field="memberId")
-    return Membership.objects.select_related("user").get(org_id=actor.org.pk, user_id=user_id)
-
-
-def _retire_keys(actor: Actor, membership: Membership) -> int:
-    keys = list(AgentKey.objects.live().filter(org_id=actor.org.pk, user_id=membership.user_id, parent__isnull=True))
-    for key in keys:
-        agent_key_revoke(key=key)
-    return len(keys)
-
-
-def _set_status(*, actor: Actor, member_id, status: str, verb: str) -> dict:
-    _owner_only(actor)
-    with transaction.atomic():
-        membership = _member(actor, member_id)
-        if status != Membership.Status.ACTIVE:
-            if membership.user_id == actor.principal_id:
-                raise ServiceError("FORBIDDEN", "You cannot suspend or retire yourself.")
-            if (
-                membership.role == Membership.Role.OWNER
-                and not Membership.objects.filter(
-                    org_id=actor.org.pk, role=Membership.Role.OWNER, status=Membership.Status.ACTIVE
-                )
-                .exclude(pk=membership.pk)
-                .exists()
-            ):
-                raise ServiceError("FORBIDDEN", "The last active owner cannot be suspended or retired.")
-        before = membership.status
-        retired = 0
-        with mutation(actor, f"member_{verb}", charge=False) as unit:
-            if before != status:
-                Membership.objects.filter(pk=membership.pk).update(status=status)
-                unit.record(f"member_{verb}", changes={"member": [None, membership.user.email], "status": [before, status]})
-            if status != Membership.Status.ACTIVE:
-                retired = _retire_keys(actor, membership)
-    return {"memberId": membership.pk, "email": membership.user.email, "status": status, "keysRetired": retired}
-
-
-def member_suspend(*, actor: Actor, member_id) -> dict:
-    """Suspend a person: they lose access and their agent keys are retired."""
-    return _set_status(actor=actor, member_id=member_id, status=Membership.Status.SUSPENDED, verb="suspended")
-
-
-def member_reactivate(*, actor: Actor, member_id) -> dict:
-    return _set_status(actor=actor, member_id=member_id, status=Membership.Status.ACTIVE, verb="reactivated")
-
-
-def member_retire(*, actor: Actor, member_id) -> dict:
-    """Retire a person for good (left the team): access ends, keys are retired."""
-    return _set_status(actor=actor, member_id=member_id, status=Membership.Status.RETIRED, verb="retired")
 
 
 # --- invites ----------------------------------------------------------------------------
@@ -370,9 +258,8 @@ INVITE_PREFIX = "rtscinv_"
 
 def invite_create(*, actor: Actor, expires_days: int = 7, role: str = Membership.Role.MEMBER):
     """An owner invites with a single-use code, valid 1-30 days. The code is shown once."""
-    from apps.orgs.models import Invite
 
-    _owner_only(actor)
+    owner_only(actor)
     try:
         days = int(expires_days)
     except (TypeError, ValueError):
@@ -396,9 +283,7 @@ def invite_create(*, actor: Actor, expires_days: int = 7, role: str = Membership
 
 
 def invite_revoke(*, actor: Actor, invite_id) -> None:
-    from apps.orgs.models import Invite
-
-    _owner_only(actor)
+    owner_only(actor)
     with mutation(actor, "invite_revoke", charge=False) as unit:
         changed = Invite.objects.filter(pk=invite_id, org=actor.org, accepted_at__isnull=True, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
@@ -413,7 +298,6 @@ def invite_revoke(*, actor: Actor, invite_id) -> None:
 def invite_redeem(*, code: str, user: User) -> Membership:
     """Join the org with a code. Single use: of two simultaneous redeemers exactly one wins
     (a conditional UPDATE that only succeeds while the invite is still pending)."""
-    from apps.orgs.models import Invite
 
     bad = ServiceError("NOT_FOUND", "That invite code is not valid (unknown, used, revoked or expired).")
     if not isinstance(code, str) or not code.startswith(INVITE_PREFIX) or len(code) > 100:
@@ -454,9 +338,8 @@ def org_bootstrap_for_user(*, user: User) -> Org:
 
 def project_rename(*, actor: Actor, prefix: str, new_prefix: str, name: str | None = None) -> Project:
     """Rename a project's prefix; the old prefix stays an alias so old identifiers resolve."""
-    from apps.orgs.models import ProjectAlias
 
-    _owner_only(actor)
+    owner_only(actor)
     new_prefix = (new_prefix or "").strip()
     if not PREFIX_RE.fullmatch(new_prefix):
         raise invalid("prefix", "A project prefix is 2-10 letters or digits and starts with a letter.")
@@ -491,7 +374,7 @@ def project_rename(*, actor: Actor, prefix: str, new_prefix: str, name: str | No
 # key reads as not found), only owners mint for someone else, only owners add projects.
 
 
-def _forbidden(message: str) -> ServiceError:
+def forbidden(message: str) -> ServiceError:
     return ServiceError("FORBIDDEN", message, tell_human="Ask an owner of the org.")
 
 
@@ -500,7 +383,7 @@ def key_mint_as(*, actor: Actor, project_prefix: str, runtime: str, label: str =
     user_id = actor.principal_id
     if for_member_id not in (None, "", str(actor.membership.pk) if actor.membership else None):
         if not actor.is_owner:
-            raise _forbidden("Only an org owner can mint keys for someone else.")
+            raise forbidden("Only an org owner can mint keys for someone else.")
         membership = Membership.objects.filter(org_id=actor.org.pk, pk=for_member_id).select_related("user").first()
         if membership is None:
             raise invalid("member", "That person is not a member of this org.")
@@ -508,39 +391,12 @@ def key_mint_as(*, actor: Actor, project_prefix: str, runtime: str, label: str =
     project = Project.objects.filter(org_id=actor.org.pk, prefix=(project_prefix or "").strip().upper()).first()
     if project is None:
         raise not_found(f"Project {project_prefix}")
-    from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.get(pk=user_id)
     return agent_key_mint(org=actor.org, user=user, project=project, runtime=runtime, label=label)
 
 
-def _manageable_key(actor: Actor, key_id) -> AgentKey:
-    try:
-        pk = int(key_id)
-    except (TypeError, ValueError):
-        raise not_found("Key") from None
-    key = AgentKey.objects.select_related("org", "user", "project").filter(pk=pk, org_id=actor.org.pk).first()
-    if key is None:
-        raise not_found("Key")
-    if key.user_id != actor.principal_id and not actor.is_owner:
-        # A member cannot see others' keys either: read as not found.
-        raise not_found("Key")
-    if key.revoked_at is not None:
-        raise ServiceError("CONFLICT", f"The key {key.prefix}… is already revoked.")
-    return key
-
-
-def key_rotate_as(*, actor: Actor, key_id):
-    return agent_key_rotate(key=_manageable_key(actor, key_id))
-
-
-def key_revoke_as(*, actor: Actor, key_id) -> AgentKey:
-    key = _manageable_key(actor, key_id)
-    agent_key_revoke(key=key)
-    return key
-
-
 def project_create_as(*, actor: Actor, prefix: str, name: str = "") -> Project:
     if not actor.is_owner:
-        raise _forbidden("Only an org owner can create projects.")
+        raise forbidden("Only an org owner can create projects.")
     return project_create(org=actor.org, prefix=prefix, name=name)

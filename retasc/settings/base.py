@@ -10,8 +10,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from retasc import __version__
-from retasc.env import (
+from apps.core.env import (
     database_from_url,
     env_bool,
     env_int,
@@ -19,6 +18,7 @@ from retasc.env import (
     env_str,
     sqlite_database,
 )
+from retasc import __version__
 from retasc.secrets import generated_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -62,6 +62,8 @@ INSTALLED_APPS = [
     "apps.issues",
     "apps.leases",
     "apps.billing",
+    "apps.work",
+    "apps.tools",
     "apps.accounts",
     "apps.dash",
     "django_htmx",

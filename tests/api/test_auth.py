@@ -7,8 +7,9 @@ from django.middleware.csrf import _get_new_csrf_string
 from rest_framework.test import APIClient
 
 from apps.api.views import ROUTES
+from apps.leases.revocation import agent_key_revoke
 from apps.orgs.models import Org
-from apps.orgs.services import agent_key_revoke, member_add, user_get_or_create
+from apps.orgs.services import member_add, user_get_or_create
 from tests.api.conftest import client, create
 
 UNAUTHORIZED = {"code": "UNAUTHORIZED", "message": "Missing, unknown or revoked agent key."}

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from apps.api.views import ROUTES
-from apps.core import operations
 from apps.issues.models import Activity, Comment, Issue
+from apps.tools import operations
 from tests.api.conftest import client, create
 
 

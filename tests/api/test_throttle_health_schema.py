@@ -143,7 +143,7 @@ def test_lost_database_answers_json_503_unavailable(owner, monkeypatch):
     """A database outage inside an API call is a retryable JSON refusal, not HTML."""
     from django.db import OperationalError
 
-    from apps.core import operations
+    from apps.tools import operations
 
     def down(*args, **kwargs):
         raise OperationalError("sorry, too many clients already")

@@ -109,7 +109,7 @@ def test_an_expired_upload_url_is_refused(world, owner, issue, unchanged, monkey
 
 
 def test_an_upload_from_a_revoked_key_is_refused(world, owner, issue, unchanged):
-    from apps.orgs.services import agent_key_revoke
+    from apps.leases.revocation import agent_key_revoke
 
     path = upload_path(prepare(owner))
     agent_key_revoke(key=world.a.key)

@@ -9,7 +9,7 @@ from django.test import override_settings
 from apps.billing import pricing
 from apps.billing.models import LedgerEntry, Price
 from apps.billing.selectors import billing_summary, usage_summary
-from apps.billing.services import billing_cap_set
+from apps.billing.services import billing_cap_set, credit_grant
 from apps.core.errors import ServiceError
 from apps.core.unit import metered_read
 from apps.issues.models import Activity
@@ -25,7 +25,7 @@ from apps.issues.services import (
 )
 from apps.leases import services as leases
 from apps.orgs.models import Org
-from apps.orgs.services import NEW_ORG_CREDIT_MICROS, actor_for_human, credit_grant, session_key_mint
+from apps.orgs.services import NEW_ORG_CREDIT_MICROS, actor_for_human, session_key_mint
 from tests.conftest import new_issue
 
 enforced = override_settings(RETASC_BILLING_ENFORCE=True)

@@ -14,8 +14,8 @@ from django.db.models import Sum
 
 from apps.billing import pricing
 from apps.billing.models import LedgerEntry, Tier
-from apps.core.chain import verify_org
 from apps.core.errors import ServiceError
+from apps.issues.chain import verify_org
 from apps.issues.models import Comment, Issue
 from apps.issues.services import comment_create, label_save
 from apps.leases.services import check_claim, checkpoint, heartbeat, next_issue

@@ -11,6 +11,7 @@ from django.db import DatabaseError, connection, transaction
 
 from apps.core import chain
 from apps.core.errors import ServiceError
+from apps.issues.chain import verify_folds, verify_org
 from apps.issues.models import Activity, Issue, Label
 from apps.issues.services import (
     FOLDED_FIELDS,
@@ -87,7 +88,7 @@ def test_each_change_appends_one_entry_with_dense_seq(world):
     assert (last.verb, last.principal_id, last.key_id, last.runtime) == ("released", world.member.pk, world.b.key_id, "codex")
     # The other org's chain is its own.
     assert [e.seq for e in entries(world.other_org)] == list(range(1, len(entries(world.other_org)) + 1))
-    assert chain.verify_org(org) is None and chain.verify_org(world.other_org) is None
+    assert verify_org(org) is None and verify_org(world.other_org) is None
 
 
 def test_receipt_records_who_and_before_after(world):
@@ -116,7 +117,7 @@ def test_orm_refuses_update_and_delete(world, unchanged):
         with pytest.raises(PermissionError):
             row.save()
     assert Activity.objects.get(pk=row.pk).verb == "created"
-    assert chain.verify_org(Org.objects.get(pk=world.org.pk)) is None
+    assert verify_org(Org.objects.get(pk=world.org.pk)) is None
 
 
 @needs_postgres
@@ -133,7 +134,7 @@ def test_postgres_trigger_refuses_raw_update_and_delete(world, unchanged, sql):
         with pytest.raises(DatabaseError, match="append-only"):
             with transaction.atomic(), connection.cursor() as cur:
                 cur.execute(sql, [world.org.pk])
-    assert chain.verify_org(Org.objects.get(pk=world.org.pk)) is None
+    assert verify_org(Org.objects.get(pk=world.org.pk)) is None
 
 
 # --- tampering directly in the database -----------------------------------------------
@@ -359,7 +360,7 @@ def test_fold_rebuilds_the_issue_after_a_long_mixed_history(world, clock):
     row = Issue.objects.get(pk=issue.pk)
     assert (row.status, row.reclaim_count, row.cancel_reason, row.checkpoint_id) == ("todo", 2, None, None)
     assert folded_state(issue)["title"] == "Fold me 2"
-    assert chain.verify_folds(Org.objects.get(pk=w.org.pk)) == []
+    assert verify_folds(Org.objects.get(pk=w.org.pk)) == []
     code, out, err = verify("--fold")
     assert (code, err) == (0, "")
     assert "every issue matches its receipts" in out
@@ -375,7 +376,7 @@ def test_fold_drift_is_reported(world):
         cur.execute("UPDATE issues_issue SET priority = 4, status = 'done' WHERE id = %s", [prep])
         label = Label.objects.create(org=world.org, name="sneaky")
         cur.execute("INSERT INTO issues_issue_labels (issue_id, label_id) VALUES (%s, %s)", [prep, label.pk])
-    assert chain.verify_org(Org.objects.get(pk=world.org.pk)) is None
+    assert verify_org(Org.objects.get(pk=world.org.pk)) is None
     assert verify()[0] == 0  # without --fold only the chain is checked
     code, _, err = verify("--fold")
     assert code == 1

@@ -25,9 +25,9 @@ from apps.issues.services import (
     comment_create,
     comment_retract,
     issue_update,
+    org_delete,
 )
 from apps.leases import services as leases
-from apps.orgs.services import org_delete
 from tests.conftest import new_issue
 
 

@@ -2,10 +2,10 @@
 
 from datetime import timedelta
 
-from apps.core import jobs
 from apps.issues.models import Activity, Issue
 from apps.leases import services as leases
 from apps.leases.tasks import reclaim_expired_task
+from retasc import jobs
 from tests.conftest import new_issue
 
 

@@ -12,7 +12,8 @@ import random
 
 import pytest
 
-from apps.core.chain import GENESIS, verify_org
+from apps.core.chain import GENESIS
+from apps.issues.chain import verify_org
 from apps.issues.models import Activity, Issue
 from apps.issues.services import comment_create, issue_update, relation_add
 from apps.leases.services import checkpoint, heartbeat, next_batch, next_issue, release_issue

@@ -91,7 +91,7 @@ def test_invite_sign_up_joins_the_org_instead_of_bootstrapping(world):
 def test_admin_reveal_records_a_content_revealed_receipt(world):
     from django.contrib.auth import get_user_model
 
-    from apps.core.chain import verify_org
+    from apps.issues.chain import verify_org
     from tests.conftest import new_issue
 
     issue = new_issue(world.a, "Sealed title", body="sealed body")

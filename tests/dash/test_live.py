@@ -117,7 +117,7 @@ def test_session_pointing_at_another_org_is_refused(tworld):
 
 
 def test_suspended_member_is_refused(tworld):
-    from apps.orgs.services import member_suspend
+    from apps.leases.revocation import member_suspend
 
     cookie = session_cookie(tworld.member)
     member_suspend(actor=tworld.owner_agent.actor, member_id=tworld.member.email)

@@ -25,9 +25,8 @@ pytestmark = [
 
 def seed():
     from apps.issues import services as issues
-    from apps.issues.models import Issue
+    from apps.issues.models import Claim, Issue
     from apps.leases import services as leases
-    from apps.leases.models import Claim
     from apps.orgs.services import (
         actor_for_human,
         agent_key_authenticate,

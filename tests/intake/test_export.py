@@ -14,8 +14,8 @@ from tests.conftest import new_issue
 
 
 def _populate(w):
-    from apps.core import operations
     from apps.issues.services import comment_create
+    from apps.tools import operations
 
     first = new_issue(w.a, "Secret roadmap", body="Launch **in May**.", acceptance=["Ships"], priority=1)
     second = new_issue(w.a, "=cmd|' /C calc'!A0", blocked_by=[first.identifier])

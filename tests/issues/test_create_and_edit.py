@@ -7,12 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from apps.core.errors import ServiceError
-from apps.issues.models import Activity, Issue
+from apps.issues.models import Activity, Claim, Issue
 from apps.issues.selectors import issue_resolve
 from apps.issues.services import comment_create, issue_create, issue_update
 from apps.issues.shapes import issue_shape
 from apps.leases import services as leases
-from apps.leases.models import Claim
 from apps.orgs.models import Org, Project
 from apps.orgs.services import actor_for_human, agent_key_authenticate
 from tests.conftest import new_issue

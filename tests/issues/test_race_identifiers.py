@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from apps.core.chain import verify_org
+from apps.issues.chain import verify_org
 from apps.issues.models import Issue, Relation
 from apps.orgs.models import Org, Project
 from tests.conftest import is_postgres, make_agent, new_issue

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from apps.core.errors import ServiceError
-from apps.issues.models import Activity, Issue
+from apps.issues.models import Activity, Claim, Issue
 from apps.issues.services import comment_create, comment_retract, issue_update
 from apps.leases import services as leases
-from apps.leases.models import Claim
 from apps.orgs.models import Membership
 from apps.orgs.services import actor_for_human, agent_key_authenticate, session_key_mint
 from tests.conftest import make_agent, new_issue

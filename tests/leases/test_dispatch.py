@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from apps.core.errors import ServiceError
-from apps.issues.models import Issue, Relation
+from apps.issues.models import Claim, Issue, Relation
 from apps.issues.services import comment_create, issue_create, issue_update, relation_add
 from apps.leases import services as leases
-from apps.leases.models import Claim
 from apps.orgs.models import Org
 from apps.orgs.services import agent_key_authenticate
 from tests.conftest import make_agent, new_issue

@@ -7,14 +7,14 @@ from datetime import timedelta
 import pytest
 
 from apps.core.errors import ServiceError
-from apps.issues.models import Activity, Issue
+from apps.core.formats import iso
+from apps.issues.fencing import token_hash
+from apps.issues.models import Activity, Claim, Issue
 from apps.issues.services import issue_update
-from apps.issues.shapes import iso
 from apps.leases import services as leases
-from apps.leases.fencing import token_hash
-from apps.leases.models import Claim
+from apps.leases.revocation import agent_key_revoke
 from apps.orgs.models import AgentKey, Org
-from apps.orgs.services import agent_key_authenticate, agent_key_revoke, session_key_mint
+from apps.orgs.services import agent_key_authenticate, session_key_mint
 from tests.conftest import new_issue
 
 LEASE = timedelta(minutes=30)

@@ -14,9 +14,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from apps.core.chain import verify_org
-from apps.issues.models import Activity, Issue
-from apps.leases.models import Claim
+from apps.issues.chain import verify_org
+from apps.issues.models import Activity, Claim, Issue
 from apps.leases.services import next_issue
 from apps.orgs.models import Org
 from tests.conftest import is_postgres, make_agent, needs_postgres, new_issue

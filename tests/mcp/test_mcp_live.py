@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from apps.core.operations import TOOLS
+from apps.tools.operations import TOOLS
 from tests.conftest import snapshot
 from tests.mcp.conftest import call, mcp_client, refusal
 
@@ -125,7 +125,7 @@ def test_transport_is_stateless_json_and_guarded(live_mcp, tworld):
 
 
 def test_every_authentication_failure_is_one_unauthorized(live_mcp, tworld):
-    from apps.orgs.services import agent_key_revoke
+    from apps.leases.revocation import agent_key_revoke
 
     revoked = tworld.member_agent
     agent_key_revoke(key=revoked.actor.key)
@@ -161,7 +161,7 @@ def test_the_sdk_client_is_refused_without_a_valid_key(live_mcp, tworld, mode):
 
 
 def test_a_key_revoked_mid_session_stops_at_the_next_call(live_mcp, tworld):
-    from apps.orgs.services import member_suspend
+    from apps.leases.revocation import member_suspend
 
     statuses: list[int] = []
 
@@ -397,8 +397,7 @@ def test_other_orgs_read_as_not_found(live_mcp, tworld):
 
 
 def test_24_clients_drain_one_project_every_issue_exactly_once(live_mcp, tworld):
-    from apps.issues.models import Issue
-    from apps.leases.models import Claim
+    from apps.issues.models import Claim, Issue
     from apps.orgs.services import agent_key_mint
     from tests.conftest import new_issue
 

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from apps.core.operations import TOOLS
+from apps.tools.operations import TOOLS
 from tests.live import ROOT, start_daphne
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from apps.issues.models import Issue
+from apps.issues.models import Claim, Issue
 from apps.leases import services as leases
-from apps.leases.models import Claim
 from apps.orgs.models import AgentKey, Membership, Org, Project
 from apps.orgs.services import agent_key_authenticate
 from tests.conftest import new_issue

@@ -19,15 +19,16 @@ from apps.dash.agent_configs import configs
 from apps.dash.context import dash_view
 from apps.dash.selectors import keys_page
 from apps.dash.views.common import field, no_store, page_with_error
+from apps.leases import revocation
 from apps.orgs import selectors as org_selectors
 from apps.orgs import services as org_services
 from apps.orgs.models import Project
 from apps.orgs.services import KNOWN_RUNTIMES
 
 MEMBER_ACTIONS = {
-    "suspend": (org_services.member_suspend, gettext_lazy("Suspended %(email)s; their agent keys were retired.")),
-    "reactivate": (org_services.member_reactivate, gettext_lazy("Reactivated %(email)s.")),
-    "retire": (org_services.member_retire, gettext_lazy("Retired %(email)s; their agent keys were retired.")),
+    "suspend": (revocation.member_suspend, gettext_lazy("Suspended %(email)s; their agent keys were retired.")),
+    "reactivate": (revocation.member_reactivate, gettext_lazy("Reactivated %(email)s.")),
+    "retire": (revocation.member_retire, gettext_lazy("Retired %(email)s; their agent keys were retired.")),
 }
 
 
@@ -193,7 +194,7 @@ def key_mint(request):
 @dash_view
 def key_rotate(request, key_id: int):
     try:
-        key, raw = org_services.key_rotate_as(actor=request.actor, key_id=key_id)
+        key, raw = revocation.key_rotate_as(actor=request.actor, key_id=key_id)
     except ServiceError as exc:
         return page_with_error(request, "dash/keys.html", _keys_context(request), exc)
     return _shown_once(request, key, raw, "rotated")
@@ -203,7 +204,7 @@ def key_rotate(request, key_id: int):
 @dash_view
 def key_revoke(request, key_id: int):
     try:
-        key = org_services.key_revoke_as(actor=request.actor, key_id=key_id)
+        key = revocation.key_revoke_as(actor=request.actor, key_id=key_id)
     except ServiceError as exc:
         return page_with_error(request, "dash/keys.html", _keys_context(request), exc)
     messages.success(request, _("Revoked %(prefix)s…; its live claims ended.") % {"prefix": key.prefix})

@@ -3,7 +3,7 @@ import sys
 
 from django.core.management.base import BaseCommand
 
-from apps.core.chain import verify_folds, verify_org
+from apps.issues.chain import verify_folds, verify_org
 from apps.orgs.models import Org
 
 

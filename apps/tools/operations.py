@@ -14,10 +14,39 @@ JSON nulls); clearing a value uses the SPEC's words instead (``assignee: "none"`
 
 from __future__ import annotations
 
-from apps.core.actor import Actor
-from apps.core.errors import ServiceError, invalid, not_found
+from apps.billing import selectors as billing_selectors
+from apps.core.errors import invalid, not_found
 from apps.core.unit import metered_read
 from apps.issues import inputs
+from apps.issues import services as issue_services
+from apps.issues.selectors import (
+    activity_for_issue,
+    attachment_get,
+    attachments_list,
+    comments_list,
+    issue_list,
+    issue_resolve,
+    issue_with_people,
+    labels_list,
+    project_get,
+)
+from apps.issues.services import (
+    attachment_create,
+    attachment_obsolete,
+    comment_create,
+    comment_retract,
+    label_save,
+    relation_add,
+    relation_remove,
+)
+from apps.issues.shapes import activity_shape, attachment_shape, comment_shape, issue_shape, issue_shapes
+from apps.leases import services as lease_services
+from apps.leases.revocation import member_reactivate, member_retire, member_suspend
+from apps.leases.selectors import queue_status as queue_read
+from apps.orgs.actor import Actor
+from apps.orgs.selectors import members_list, projects_list
+from apps.orgs.selectors import whoami as whoami_read
+from apps.orgs.services import session_key_mint
 
 # The tools, in SPEC §5 order. Interfaces iterate this to stay complete.
 TOOLS = (
@@ -66,9 +95,6 @@ def _flag(value, field: str) -> bool:
 
 def _fresh_issue_shape(actor: Actor, issue) -> dict:
     # Re-read after commit: effective ranks are refreshed after the write commits.
-    from apps.issues.selectors import issue_with_people
-    from apps.issues.shapes import issue_shape
-
     return issue_shape(issue_with_people(issue.pk), actor=actor)
 
 
@@ -76,16 +102,12 @@ def _fresh_issue_shape(actor: Actor, issue) -> dict:
 
 
 def whoami(actor: Actor) -> dict:
-    from apps.orgs.selectors import whoami as whoami_read
-
     answer = whoami_read(actor=actor)
     metered_read(actor, "whoami")
     return answer
 
 
 def mint_session_key(actor: Actor, *, label=None) -> dict:
-    from apps.orgs.services import session_key_mint
-
     label = inputs.text(label, "label", limit=120, one_line=True) or ""
     key, raw = session_key_mint(actor=actor, label=label)
     return {"agentKey": raw, "label": key.label, "prefix": key.prefix}
@@ -95,47 +117,33 @@ def mint_session_key(actor: Actor, *, label=None) -> dict:
 
 
 def next_issue(actor: Actor, *, allLanes=None) -> dict:
-    from apps.leases import services
-
-    return services.next_issue(actor=actor, all_lanes=_flag(allLanes, "allLanes"))
+    return lease_services.next_issue(actor=actor, all_lanes=_flag(allLanes, "allLanes"))
 
 
 def next_batch(actor: Actor, *, n=None, claim=None, allLanes=None) -> dict:
-    from apps.leases import services
-
-    return services.next_batch(
+    return lease_services.next_batch(
         actor=actor, n=5 if n is None else n, claim=_flag(claim, "claim"), all_lanes=_flag(allLanes, "allLanes")
     )
 
 
 def claim_issue(actor: Actor, *, identifier, claimToken=None) -> dict:
-    from apps.leases import services
-
-    return services.claim_issue(actor=actor, identifier=identifier, claim_token=claimToken or None)
+    return lease_services.claim_issue(actor=actor, identifier=identifier, claim_token=claimToken or None)
 
 
 def check_claim(actor: Actor, *, identifier) -> dict:
-    from apps.leases import services
-
-    return services.check_claim(actor=actor, identifier=identifier)  # meters itself
+    return lease_services.check_claim(actor=actor, identifier=identifier)  # meters itself
 
 
 def heartbeat(actor: Actor, *, identifier, claimToken) -> dict:
-    from apps.leases import services
-
-    return services.heartbeat(actor=actor, identifier=identifier, claim_token=claimToken)
+    return lease_services.heartbeat(actor=actor, identifier=identifier, claim_token=claimToken)
 
 
 def checkpoint(actor: Actor, *, identifier, note, claimToken) -> dict:
-    from apps.leases import services
-
-    return services.checkpoint(actor=actor, identifier=identifier, note=note, claim_token=claimToken)
+    return lease_services.checkpoint(actor=actor, identifier=identifier, note=note, claim_token=claimToken)
 
 
 def release_issue(actor: Actor, *, identifier, claimToken, note=None) -> dict:
-    from apps.leases import services
-
-    return services.release_issue(actor=actor, identifier=identifier, claim_token=claimToken, note=note)
+    return lease_services.release_issue(actor=actor, identifier=identifier, claim_token=claimToken, note=note)
 
 
 # --- issues ---------------------------------------------------------------------------
@@ -180,7 +188,6 @@ def save_issue(
     claimToken=None,
 ) -> dict:
     """Create (no ``identifier``) or update (only the arguments given; ``blockedBy`` adds blockers)."""
-    from apps.issues import services
 
     args = {
         "title": title,
@@ -204,15 +211,13 @@ def save_issue(
             if args[name] is not None:
                 raise invalid(name, f"{name} applies to an existing issue; create it first, then save it with its identifier.")
         given.pop("title", None), given.pop("work", None)
-        issue = services.issue_create(actor=actor, title=title, work=work, **given)
+        issue = issue_services.issue_create(actor=actor, title=title, work=work, **given)
     else:
-        issue = services.issue_update(actor=actor, identifier=identifier, claim_token=claimToken or None, **given)
+        issue = issue_services.issue_update(actor=actor, identifier=identifier, claim_token=claimToken or None, **given)
     return _fresh_issue_shape(actor, issue)
 
 
 def get_issue(actor: Actor, *, identifier) -> dict:
-    from apps.issues.selectors import issue_resolve
-
     answer = _fresh_issue_shape(actor, issue_resolve(actor=actor, identifier=identifier))
     metered_read(actor, "get_issue")
     return answer
@@ -230,9 +235,6 @@ def list_issues(
     limit=None,
     cursor=None,
 ) -> dict:
-    from apps.issues.selectors import issue_list
-    from apps.issues.shapes import issue_shapes
-
     rows, next_cursor = issue_list(
         actor=actor,
         status=status,
@@ -250,9 +252,6 @@ def list_issues(
 
 
 def get_activity(actor: Actor, *, identifier) -> dict:
-    from apps.issues.selectors import activity_for_issue, issue_resolve
-    from apps.issues.shapes import activity_shape
-
     issue = issue_resolve(actor=actor, identifier=identifier)
     answer = {"identifier": issue.identifier, "activity": [activity_shape(e) for e in activity_for_issue(issue=issue)]}
     metered_read(actor, "get_activity")
@@ -263,37 +262,24 @@ def get_activity(actor: Actor, *, identifier) -> dict:
 
 
 def save_comment(actor: Actor, *, issue, body) -> dict:
-    from apps.issues.services import comment_create
-    from apps.issues.shapes import comment_shape
-
     return comment_shape(comment_create(actor=actor, issue=issue, body=body))
 
 
 def list_comments(actor: Actor, *, issue) -> dict:
-    from apps.issues.selectors import comments_list
-    from apps.issues.shapes import comment_shape
-
     answer = {"comments": [comment_shape(c) for c in comments_list(actor=actor, issue=issue)]}
     metered_read(actor, "list_comments")
     return answer
 
 
 def retract_comment(actor: Actor, *, comment, note) -> dict:
-    from apps.issues.services import comment_retract
-    from apps.issues.shapes import comment_shape
-
     return comment_shape(comment_retract(actor=actor, comment=comment, note=note))
 
 
 def add_relation(actor: Actor, *, sourceId, targetId, type) -> dict:
-    from apps.issues.services import relation_add
-
     return relation_add(actor=actor, source_id=sourceId, target_id=targetId, type=type)
 
 
 def remove_relation(actor: Actor, *, sourceId, targetId, type) -> dict:
-    from apps.issues.services import relation_remove
-
     return relation_remove(actor=actor, source_id=sourceId, target_id=targetId, type=type)
 
 
@@ -302,14 +288,10 @@ def _label_shape(label) -> dict:
 
 
 def save_label(actor: Actor, *, name, color=None) -> dict:
-    from apps.issues.services import label_save
-
     return _label_shape(label_save(actor=actor, name=name, color=color))
 
 
 def list_labels(actor: Actor) -> dict:
-    from apps.issues.selectors import labels_list
-
     answer = {"labels": [_label_shape(label) for label in labels_list(actor=actor)]}
     metered_read(actor, "list_labels")
     return answer
@@ -319,43 +301,26 @@ def list_labels(actor: Actor) -> dict:
 
 
 def save_attachment(actor: Actor, *, issue, url, title=None) -> dict:
-    from apps.issues.services import attachment_create
-    from apps.issues.shapes import attachment_shape
-
     return attachment_shape(attachment_create(actor=actor, issue=issue, url=url, title=title))
 
 
 def prepare_attachment_upload(actor: Actor, *, issue) -> dict:
-    from apps.issues import services
-
-    prepare = getattr(services, "attachment_upload_prepare", None)
-    if prepare is None:  # the upload endpoint ships with the HTTP API
-        raise ServiceError("UNAVAILABLE", "File uploads are not available on this server yet; use save_attachment with a URL.")
-    return prepare(actor=actor, issue=issue)  # meters itself
+    return issue_services.attachment_upload_prepare(actor=actor, issue=issue)  # meters itself
 
 
 def list_attachments(actor: Actor, *, issue) -> dict:
-    from apps.issues.selectors import attachments_list
-    from apps.issues.shapes import attachment_shape
-
     answer = {"attachments": [attachment_shape(a) for a in attachments_list(actor=actor, issue=issue)]}
     metered_read(actor, "list_attachments")
     return answer
 
 
 def get_attachment(actor: Actor, *, attachment) -> dict:
-    from apps.issues.selectors import attachment_get
-    from apps.issues.shapes import attachment_shape
-
     answer = attachment_shape(attachment_get(actor=actor, attachment=attachment))
     metered_read(actor, "get_attachment")
     return answer
 
 
 def obsolete_attachment(actor: Actor, *, attachment, reason) -> dict:
-    from apps.issues.services import attachment_obsolete
-    from apps.issues.shapes import attachment_shape
-
     return attachment_shape(attachment_obsolete(actor=actor, attachment=attachment, reason=reason))
 
 
@@ -363,28 +328,20 @@ def obsolete_attachment(actor: Actor, *, attachment, reason) -> dict:
 
 
 def list_members(actor: Actor, *, query=None) -> dict:
-    from apps.orgs.selectors import members_list
-
     answer = {"members": members_list(actor=actor, query=query)}
     metered_read(actor, "list_members")
     return answer
 
 
 def suspend_member(actor: Actor, *, memberId) -> dict:
-    from apps.orgs.services import member_suspend
-
     return member_suspend(actor=actor, member_id=memberId)
 
 
 def reactivate_member(actor: Actor, *, memberId) -> dict:
-    from apps.orgs.services import member_reactivate
-
     return member_reactivate(actor=actor, member_id=memberId)
 
 
 def retire_member(actor: Actor, *, memberId) -> dict:
-    from apps.orgs.services import member_retire
-
     return member_retire(actor=actor, member_id=memberId)
 
 
@@ -402,40 +359,30 @@ def revoke_connector(actor: Actor, *, connectorId) -> dict:
 
 
 def queue_status(actor: Actor) -> dict:
-    from apps.leases.selectors import queue_status as queue_read
-
     answer = queue_read(actor=actor)
     metered_read(actor, "queue_status")
     return answer
 
 
 def get_project(actor: Actor, *, prefix=None) -> dict:
-    from apps.orgs.selectors import project_get
-
     answer = project_get(actor=actor, prefix=prefix)
     metered_read(actor, "get_project")
     return answer
 
 
 def list_projects(actor: Actor) -> dict:
-    from apps.orgs.selectors import projects_list
-
     answer = {"projects": projects_list(actor=actor)}
     metered_read(actor, "list_projects")
     return answer
 
 
 def usage_summary(actor: Actor) -> dict:
-    from apps.billing import selectors
-
-    answer = selectors.usage_summary(actor=actor)
+    answer = billing_selectors.usage_summary(actor=actor)
     metered_read(actor, "usage_summary")
     return answer
 
 
 def billing_summary(actor: Actor) -> dict:
-    from apps.billing import selectors
-
-    answer = selectors.billing_summary(actor=actor)
+    answer = billing_selectors.billing_summary(actor=actor)
     metered_read(actor, "billing_summary")
     return answer

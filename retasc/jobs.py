@@ -1,4 +1,5 @@
-"""Background jobs inside the server process (the embedded mode, no Celery needed).
+"""The schedule of periodic jobs, and the runner inside the server process (the embedded
+mode, no Celery needed). The scaled mode runs the same jobs from Celery beat (retasc.celery).
 
 The same services the Celery tasks call run here on a timer thread. Correctness never
 depends on them: dispatch treats expired leases as free and applies due SLA escalations
@@ -13,14 +14,14 @@ import threading
 from django.conf import settings
 from django.db import close_old_connections
 
+from apps.issues.ranking import sla_escalate
+from apps.leases.services import reclaim_expired
+
 log = logging.getLogger(__name__)
 _started = threading.Event()
 
 
 def run_once() -> dict:
-    from apps.issues.ranking import sla_escalate
-    from apps.leases.services import reclaim_expired
-
     return {"reclaimed": reclaim_expired(), "escalated": sla_escalate()}
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from django.db import connection
+
+from apps.core import sql
 from apps.core.errors import ServiceError
-from apps.leases.models import Claim
+from apps.issues.models import Claim, Issue
 
 TOKEN_PREFIX = "rtclm_"
 
@@ -36,11 +39,6 @@ def holder_only(issue) -> ServiceError:
 def claim_by_token(digest: str, issue_id):
     """``Claim.objects.filter(token_hash=digest, issue_id=issue_id).first()``, written out
     (apps.core.sql): every claim-bound write passes this fence."""
-    from django.db import connection
-
-    from apps.core import sql
-    from apps.issues.models import Issue
-
     with connection.cursor() as cur:
         cur.execute(
             f"SELECT {sql.columns(Claim, 'c')} FROM {Claim._meta.db_table} c WHERE c.token_hash = %s AND c.issue_id = %s",
