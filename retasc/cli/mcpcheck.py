@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx2
+
 
 async def _whoami(url: str, key: str, timeout: float) -> dict:
-    import httpx2
+    # defers a heavy import: the MCP SDK (most of a second) loads only when doctor runs the handshake
     from mcp.client.client import Client
     from mcp.client.streamable_http import streamable_http_client
 
