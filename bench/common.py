@@ -438,7 +438,7 @@ def _seed_main(argv) -> None:
 
 
 def _seed_activity(org, user, count: int) -> dict:
-    """Append ``count`` receipts exactly as apps.core.unit._flush would (sealed changes, hashes)."""
+    """Append ``count`` receipts exactly as apps.work.writer would (sealed changes, hashes)."""
     from django.db import transaction
     from django.utils import timezone
 

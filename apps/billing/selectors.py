@@ -3,7 +3,7 @@
 Both are scoped to the actor's org and read-only. They do not charge: the interface that
 serves them (MCP tool, API view) meters the read like any other (``metered_read``).
 Months are UTC calendar months, the same months the monthly cap counts
-(``apps.core.unit``).
+(``apps.work.writer``).
 """
 
 from __future__ import annotations

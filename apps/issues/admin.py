@@ -14,7 +14,6 @@ def reveal_content(modeladmin, request, queryset):
     """Staff see titles and bodies only through this action, and each reveal is itself a
     receipt in the org's chain (verb ``content_revealed``, runtime ``admin``)."""
 
-
     issues = list(queryset.select_related("org", "project").order_by("org_id", "project__prefix", "number")[:50])
     by_org: dict = {}
     for issue in issues:

@@ -224,9 +224,9 @@ class ActivityQuerySet(models.QuerySet):
 
 
 class Activity(models.Model):
-    """One receipt in the org's tamper-evident chain (see apps.core.chain).
+    """One receipt in the org's tamper-evident chain (see apps.issues.chain).
 
-    Written only by ``apps.core.unit``. The ORM refuses updates and deletes; on
+    Written only by the unit of work (``apps.work.writer``). The ORM refuses updates and deletes; on
     PostgreSQL a trigger refuses them too.
     """
 

@@ -687,8 +687,6 @@ def attachment_upload_prepare(*, actor: Actor, issue: str) -> dict:
     (CONFLICT): the id is the primary key of the row the first PUT creates.
     """
 
-
-
     target = issue_resolve(actor=actor, identifier=issue)
     attachment_id = uuid.uuid4()
     token = signing.dumps(

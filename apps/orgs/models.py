@@ -16,7 +16,7 @@ class Org(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     lease_ttl_seconds = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: deployment default.")
     claim_cap = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: deployment default.")
-    # The receipt chain's head, advanced only under this row's lock (apps.core.unit).
+    # The receipt chain's head, advanced only under this row's lock (apps.work.writer).
     activity_seq = models.BigIntegerField(default=0, editable=False)
     chain_head = models.CharField(max_length=64, default="0" * 64, editable=False)
     # Metering, advanced in the same locked update as the chain head.

@@ -162,7 +162,6 @@ def _key_with_holder(secret_hash: str):
     active membership of the key's org (or None): one statement, written out (every
     request pays it; see apps.core.sql)."""
 
-
     models_ = (AgentKey, Org, Project, User, Membership)
     q = connection.ops.quote_name
     query = (

@@ -1,4 +1,4 @@
-"""The ledger under concurrent charging (SPEC §11; apps.core.unit._flush).
+"""The ledger under concurrent charging (SPEC §11; apps.work.writer).
 
 Many agents act at once with enforcement on: every charge is one ledger row, the rows
 sum to exactly what was done, the balance moves by exactly that, and each row's

@@ -392,15 +392,15 @@ def test_a_failed_rank_refresh_after_commit_does_not_fail_the_action(world, monk
     """The write committed; a refresh error defers the ranks instead of raising."""
     from django.db import DatabaseError
 
-    from apps.issues import ranking
     from apps.issues.models import Issue
     from apps.leases import services as leases
+    from apps.work import writer
     from tests.conftest import new_issue
 
     def broken(**kwargs):
         raise DatabaseError("deadlock detected")
 
-    monkeypatch.setattr(ranking, "ranks_refresh", broken)
+    monkeypatch.setattr(writer, "ranks_refresh", broken)
     blocker = new_issue(world.a, "Blocker", priority=4)
     urgent = new_issue(world.a, "Urgent", priority=1, blocked_by=[blocker.identifier])
     assert Issue.objects.filter(pk__in=[blocker.pk, urgent.pk], rank_dirty=True).count() == 2
