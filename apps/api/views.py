@@ -139,7 +139,7 @@ def build_view(name: str, route: str, methods: dict[str, Op]) -> type[ApiView]:
 
 
 _ID = {"identifier": "identifier"}
-_ISSUE = {"identifier": "issue"}
+_ISSUE = {"identifier": "identifier"}
 _SAVE = (
     "title",
     "body",

@@ -410,8 +410,10 @@ def _require_evidence(issue: Issue) -> None:
     if missing:
         raise ServiceError(
             "ACCEPTANCE_EVIDENCE_REQUIRED",
-            f"Give evidence for every acceptance criterion; missing for {', '.join(str(i) for i in missing)}.",
-            missing=[{"index": i, "criterion": criteria[i]} for i in missing],
+            # Criteria are counted from 1 for people; ``index`` (from 0) is the evidence slot.
+            f"Give evidence for every acceptance criterion; missing for "
+            f"{'criterion' if len(missing) == 1 else 'criteria'} {', '.join(str(i + 1) for i in missing)}.",
+            missing=[{"index": i, "number": i + 1, "criterion": criteria[i]} for i in missing],
         )
 
 

@@ -215,8 +215,22 @@ def actor_for_human(*, user: User, org: Org) -> Actor:
     return Actor(org=org, principal_id=user.pk, key=None, runtime="dash", project=project, membership=membership)
 
 
-def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, runtime: str, lease_ttl: int | None) -> dict:
-    """Idempotent set-up: owner, org (with its data key), project, and a fresh agent key."""
+def bootstrap(
+    *,
+    org_name: str,
+    prefix: str,
+    email: str,
+    password: str | None,
+    runtime: str,
+    lease_ttl: int | None,
+    reuse_key: str | None = None,
+) -> dict:
+    """Idempotent set-up: owner, org (with its data key), project, and a fresh agent key.
+
+    With ``reuse_key`` (a raw key minted by an earlier run), that key is answered again
+    when it is still live and is this owner's key for this org, project and runtime;
+    otherwise a new one is minted (``reused`` says which).
+    """
     if lease_ttl is not None and not 5 <= lease_ttl <= 7 * 24 * 3600:
         # Checked before anything is created (the org's data key is written to the key store).
         raise invalid("lease_ttl", "The lease TTL must be between 5 seconds and 7 days.")
@@ -235,11 +249,27 @@ def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, r
         if lease_ttl is not None:
             Org.objects.filter(pk=org.pk).update(lease_ttl_seconds=lease_ttl)
         project = Project.objects.filter(org=org, prefix=prefix.upper()).first() or project_create(org=org, prefix=prefix)
-        _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)")
-    result = {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw}
+        raw = (
+            reuse_key
+            if reuse_key and _is_bootstrap_key(reuse_key, org=org, project=project, user=user, runtime=runtime)
+            else None
+        )
+        reused = raw is not None
+        if raw is None:
+            _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)")
+    result = {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw, "reused": reused}
     if generated:
         result["password"] = generated
     return result
+
+
+def _is_bootstrap_key(raw: str, *, org: Org, project: Project, user, runtime: str) -> bool:
+    key = AgentKey.objects.live().filter(secret_hash=hash_secret(raw.strip()), parent__isnull=True).first()
+    return (
+        key is not None
+        and (key.org_id, key.project_id, key.user_id, key.runtime) == (org.pk, project.pk, user.pk, runtime)
+        and Membership.objects.filter(org=org, user=user, status=Membership.Status.ACTIVE).exists()
+    )
 
 
 # --- the owners-only rule -------------------------------------------------------------
