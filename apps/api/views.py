@@ -200,7 +200,7 @@ ROUTES: dict[str, tuple[str, dict[str, Op]]] = {
                 "list_issues",
                 "list_issues",
                 "List issues, newest first (cursor-paginated).",
-                query=("status", "priority", "label", "author", "assignee", "slaState", "limit", "cursor"),
+                query=("query", "status", "priority", "label", "author", "assignee", "slaState", "limit", "cursor"),
                 response="IssueList",
             ),
             "post": Op(

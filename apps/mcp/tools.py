@@ -130,8 +130,9 @@ SPECS = (
     Spec("get_issue", "One issue.", {"identifier": IDENT}, ("identifier",), True),
     Spec(
         "list_issues",
-        "Issues, newest first. Returns {issues,nextCursor}.",
+        "Issues, newest first; with query, best matches first. Returns {issues,nextCursor}.",
         {
+            "query": _d(S, "words of titles and bodies"),
             "status": STATUS,
             "priority": PRIORITY,
             "label": S,

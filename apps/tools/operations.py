@@ -226,6 +226,7 @@ def get_issue(actor: Actor, *, identifier) -> dict:
 def list_issues(
     actor: Actor,
     *,
+    query=None,
     status=None,
     priority=None,
     label=None,
@@ -245,6 +246,7 @@ def list_issues(
         sla_state=slaState,
         limit=50 if limit is None else limit,
         cursor=cursor,
+        query=query,
     )
     answer = {"issues": issue_shapes(rows, actor=actor), "nextCursor": next_cursor}
     metered_read(actor, "list_issues")

@@ -91,6 +91,31 @@ def issue_list(
         out.print("No issues.")
 
 
+@issue_app.command("search")
+@handled
+def issue_search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="Words of titles and bodies (any language).")],
+    status: Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable).")] = None,
+    label: Annotated[str | None, typer.Option("--label")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=200)] = 20,
+    as_json: JsonOpt = False,
+):
+    """Search issues: best matches first (most words matched, then dispatch order)."""
+    api, auth = _reader(state(ctx))
+    params = [("query", query), ("limit", str(limit))] + [("status", s) for s in status or []]
+    params += [("label", label)] if label else []
+    with api:
+        answer = api.get("/api/v1/issues", params=params, auth=auth)
+    if as_json:
+        emit_json(answer)
+        return
+    for i in answer["issues"]:
+        out.print(escape(_issue_line(i)))
+    if not answer["issues"]:
+        out.print("No issues match.")
+
+
 @issue_app.command("show")
 @handled
 def issue_show(ctx: typer.Context, identifier: Annotated[str, typer.Argument(help="PREFIX-n")], as_json: JsonOpt = False):

@@ -135,3 +135,14 @@ def test_key_list_stays_readable_when_piped(tworld, cli):
     assert lines[0].split("\t") == ["id", "prefix", "runtime", "label", "project", "owner", "last used", "status"]
     assert all(len(line.split("\t")) == 8 for line in lines[1:]) and len(lines) >= 2
     assert any(tworld.owner.email in line for line in lines[1:])
+
+
+def test_issue_search(tworld, cli):
+    _bound(tworld, cli)
+    new_issue(tworld.a, "数据库连接失败")
+    new_issue(tworld.a, "Login page crashes", labels=["bug"])
+    new_issue(tworld.a, "Login timeout")
+    assert [i["title"] for i in cli.json("issue", "search", "连接")["issues"]] == ["数据库连接失败"]
+    assert [i["title"] for i in cli.json("issue", "search", "login", "--label", "bug")["issues"]] == ["Login page crashes"]
+    text = cli("issue", "search", "nothing-here")
+    assert text.exit_code == 0 and "No issues match." in text.stdout
