@@ -196,6 +196,7 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
         except ServiceError as exc:
             filters.errors.append(exc.message)
     qs = qs.with_people().order_by(*order, "pk")
+    matched = qs.count()  # what the rows are pages of: the header counts the same issues
     issues = list(qs[filters.offset : filters.offset + PAGE + 1])
     more = len(issues) > PAGE
     issues = issues[:PAGE]
@@ -222,6 +223,7 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
         "projects": projects,
         "by_status": by_status,
         "total": sum(by_status.values()),
+        "matched": matched,
         "counts": dict(counts),
         "runtimes": runtimes,
         "members": members,

@@ -47,6 +47,20 @@ def test_queue_filters(dash):
     assert "Fix the login bug" not in dated
 
 
+def test_queue_count_agrees_with_the_rows(dash):
+    from apps.issues.services import issue_update
+
+    w = dash.w
+    for n in range(5):
+        new_issue(w.a, f"Open {n}")
+    closed = new_issue(w.a, "Closed one")
+    issue_update(actor=w.a, identifier=closed.identifier, status="canceled", cancel_reason="dup")
+    page = dash.owner.get("/queue/").content.decode()  # default: open issues
+    rows = page.count('<tr data-issue="')
+    assert rows == 6 and "6 issues" in page  # five new and the fixture's, not seven
+    assert "1 issue" in dash.owner.get("/queue/?status=canceled").content.decode()
+
+
 def test_queue_search_box(dash):
     w = dash.w
     new_issue(w.a, "数据库连接失败", priority=1)
