@@ -23,7 +23,7 @@ install: $(STAMP)
 ## Run the server in the embedded mode: migrations, a demo org, then Daphne.
 run: install
 	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py bootstrap --org Demo --project DEMO --email $(DEMO_EMAIL)
+	$(BIN)/python manage.py bootstrap --org Demo --project DEMO --email $(DEMO_EMAIL) --reuse-key $(if $(NEW_KEY),--new-key)
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/daphne -b $(HOST) -p $(PORT) retasc.asgi:application
 

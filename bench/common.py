@@ -333,6 +333,21 @@ def ms(v) -> float | None:
 # --- seeding (runs inside a Django process: python -m bench.common seed ...) -----------
 
 
+def vocabulary(size: int = 5000) -> list[str]:
+    """Deterministic made-up words (and some two-character CJK words) for seeded titles
+    and search queries: each word lands in roughly issues * 6 / size titles."""
+    rng = random.Random(7)
+    consonants, vowels = "bcdfghjklmnprstvwz", "aeiou"
+    han = "数据库连接失败登录页面错误修复测试部署缓存队列权限导出导入搜索索引通知"
+    words: set[str] = set()
+    while len(words) < size:
+        if rng.random() < 0.1:
+            words.add(rng.choice(han) + rng.choice(han))
+        else:
+            words.add("".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
 def _seed_main(argv) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--projects", required=True)
@@ -353,7 +368,8 @@ def _seed_main(argv) -> None:
     from django.db import transaction
     from django.utils import timezone
 
-    from apps.issues.models import Issue, Relation
+    from apps.core import search
+    from apps.issues.models import Issue, Relation, SearchTerm
     from apps.issues.sla import base_rank, dispatch_rank
     from apps.orgs.models import Membership, Project
     from apps.orgs.services import agent_key_mint, project_create
@@ -362,6 +378,8 @@ def _seed_main(argv) -> None:
     org = Membership.objects.filter(user=user).select_related("org").first().org
     rng = random.Random(42)
     now = timezone.now()
+    words = vocabulary()
+    search_key = search.search_key(str(org.pk))
     prefixes = [x for x in o.projects.split(",") if x]
     out = {"org": org.slug, "projects": {}, "keys": []}
     for prefix in prefixes:
@@ -405,7 +423,7 @@ def _seed_main(argv) -> None:
                 dispatch_rank=dispatch_rank(eff[i], "todo"),
                 source="bench",
             )
-            issue.title = f"Bench issue {i + 1} of {prefix}"
+            issue.title = f"Bench {i + 1} of {prefix}: " + " ".join(rng.choice(words) for _ in range(rng.randint(3, 7)))
             issue.no_dependency = "benchmark seed"
             rows.append(issue)
         with transaction.atomic():
@@ -418,6 +436,16 @@ def _seed_main(argv) -> None:
                 for a, b in zip(chain, chain[1:], strict=False)
             ]
             Relation.objects.bulk_create(rels, batch_size=5000)
+            # the keyed search index, exactly as apps.issues.search writes it
+            for k in range(0, n, 2000):
+                SearchTerm.objects.bulk_create(
+                    [
+                        SearchTerm(org_id=org.pk, issue_id=row.pk, term=term)
+                        for row in rows[k : k + 2000]
+                        for term in search.hashed(search_key, search.terms(row.title))
+                    ],
+                    batch_size=5000,
+                )
         out["projects"][project.prefix] = {
             "id": project.pk,
             "issues": n,

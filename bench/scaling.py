@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
 
-from bench.common import PY, ROOT, new_instance, print_header, seed
+from bench.common import PY, ROOT, new_instance, print_header, seed, vocabulary
 
 
 def measure_main(argv) -> None:
@@ -34,6 +35,7 @@ def measure_main(argv) -> None:
     p.add_argument("--chain-project", default="")
     p.add_argument("--receipts", type=int, default=0)
     p.add_argument("--export", action="store_true")
+    p.add_argument("--searches", type=int, default=0)
     o = p.parse_args(argv)
     import django
 
@@ -56,6 +58,23 @@ def measure_main(argv) -> None:
         "p95_ms": round(1000 * lat[int(len(lat) * 0.95)], 2),
         "mean_ms": round(1000 * statistics.mean(lat), 2),
     }
+    if o.searches:
+        from apps.tools import operations
+
+        rng, words, lat, hits = random.Random(11), vocabulary(), [], []
+        for _ in range(o.searches):
+            query = " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
+            t0 = time.perf_counter()
+            answer = operations.list_issues(actor, query=query)  # as MCP and the API call it: 50 shaped
+            lat.append(time.perf_counter() - t0)
+            hits.append(len(answer["issues"]))
+        lat.sort()
+        out["search"] = {
+            "queries": len(lat),
+            "p50_ms": round(1000 * lat[len(lat) // 2], 2),
+            "p95_ms": round(1000 * lat[int(len(lat) * 0.95)], 2),
+            "mean_results": round(statistics.mean(hits), 1),
+        }
     if o.chain_project:
         from apps.issues.models import Issue
         from apps.issues.services import issue_update
@@ -131,6 +150,7 @@ def main() -> int:
     p.add_argument("--pulls", type=int, default=200)
     p.add_argument("--chain-depth", type=int, default=1000)
     p.add_argument("--receipts", type=int, default=100_000)
+    p.add_argument("--searches", type=int, default=200)
     p.add_argument("--json-out", default="")
     o = p.parse_args()
     facts = print_header("Retasc scaling")
@@ -142,7 +162,7 @@ def main() -> int:
         try:
             s = seed(inst, projects=["BENCH"], issues=size, keys=1, blocked_frac=0.2, max_chain=50)
             row = {"seed": s["projects"]["BENCH"], "seed_seconds": s["seconds"]}
-            extra = ["--pulls", str(o.pulls)]
+            extra = ["--pulls", str(o.pulls), "--searches", str(o.searches)]
             if last:
                 c = seed(
                     inst,
@@ -170,7 +190,10 @@ def main() -> int:
     report["growth_p50"] = {"from": lo, "to": hi, "x": growth, "target": 1.5, "met": growth <= 1.5}
     far = report["sizes"][hi].get("far_end_priority_change", {})
     report["far_end"] = {"median_ms": far.get("median_ms"), "target_ms": 200, "met": (far.get("median_ms") or 1e9) < 200}
-    print("verdict: " + json.dumps({"growth_p50": report["growth_p50"], "far_end": report["far_end"]}), flush=True)
+    searched = {k: v["search"]["p50_ms"] for k, v in report["sizes"].items() if "search" in v and k >= 10_000}
+    report["search_p50"] = {"ms": searched, "target_ms": 50, "met": all(v < 50 for v in searched.values())}
+    verdict = {"growth_p50": report["growth_p50"], "far_end": report["far_end"], "search_p50": report["search_p50"]}
+    print("verdict: " + json.dumps(verdict), flush=True)
     if o.json_out:
         os.makedirs(os.path.dirname(o.json_out) or ".", exist_ok=True)
         with open(o.json_out, "w") as f:

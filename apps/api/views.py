@@ -139,7 +139,7 @@ def build_view(name: str, route: str, methods: dict[str, Op]) -> type[ApiView]:
 
 
 _ID = {"identifier": "identifier"}
-_ISSUE = {"identifier": "issue"}
+_ISSUE = {"identifier": "identifier"}
 _SAVE = (
     "title",
     "body",
@@ -200,7 +200,7 @@ ROUTES: dict[str, tuple[str, dict[str, Op]]] = {
                 "list_issues",
                 "list_issues",
                 "List issues, newest first (cursor-paginated).",
-                query=("status", "priority", "label", "author", "assignee", "slaState", "limit", "cursor"),
+                query=("query", "status", "priority", "label", "author", "assignee", "slaState", "limit", "cursor"),
                 response="IssueList",
             ),
             "post": Op(

@@ -6,6 +6,8 @@ nh3 with an allow-list, so neither an agent nor an intake webhook can inject mar
 
 from __future__ import annotations
 
+import re
+
 import nh3
 from markdown_it import MarkdownIt
 
@@ -43,11 +45,25 @@ _TAGS = {
 _ATTRS = {"a": {"href", "title"}, "img": {"src", "alt", "title"}, "th": {"style"}, "td": {"style"}, "ol": {"start"}}
 
 
+# A list item starting "[ ] " or "[x] " (GitHub task lists), tight or loose.
+_TASK = re.compile(r"<li>(\s*<p>)?\[([ xX])\] ")
+
+
+def _task(match: re.Match) -> str:
+    checked = " checked" if match.group(2) in "xX" else ""
+    box = f'<input type="checkbox" disabled{checked} aria-label="task"> '
+    return f'<li class="task">{match.group(1) or ""}{box}'
+
+
 def render(source: str | None) -> str:
-    """Sanitized HTML for ``source`` (safe to mark safe)."""
+    """Sanitized HTML for ``source`` (safe to mark safe). Task list items become
+    read-only checkboxes, added after sanitizing (the source cannot produce inputs)."""
     if not source:
         return ""
-    html = _md.render(source)
+    return _TASK.sub(_task, _clean(_md.render(source)))
+
+
+def _clean(html: str) -> str:
     return nh3.clean(
         html,
         tags=_TAGS,

@@ -16,10 +16,10 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from apps.core.errors import invalid
+from apps.core.errors import ServiceError, invalid
 from apps.issues.chain import verify_org
 from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
-from apps.issues.selectors import activity_for_issue, issue_resolve
+from apps.issues.selectors import activity_for_issue, issue_resolve, search_ranked
 from apps.issues.shapes import activity_shape, issue_shapes
 from apps.leases.services import _open_blocker_exists, queue_counts
 from apps.orgs.actor import Actor
@@ -46,6 +46,7 @@ class QueueFilters:
     created_from: str = ""
     created_to: str = ""
     order: str = "dispatch"
+    search: str = ""  # words of titles and bodies: best matches first
     offset: int = 0
     errors: list = field(default_factory=list)
 
@@ -61,6 +62,7 @@ class QueueFilters:
             created_from=q.get("from", "").strip(),
             created_to=q.get("to", "").strip(),
             order=q.get("order", "dispatch") if q.get("order") in ORDERS else "dispatch",
+            search=q.get("q", "").strip()[:200],
         )
         try:
             f.offset = max(0, int(q.get("offset", 0)))
@@ -79,6 +81,7 @@ class QueueFilters:
             "from": self.created_from,
             "to": self.created_to,
             "order": self.order,
+            "q": self.search,
             "offset": self.offset or "",
         }
         values.update(override)
@@ -178,17 +181,22 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
     elif filters.state == "triage":
         qs = qs.filter(awaiting_triage=True)
     elif filters.state == "blocked":
-        qs = qs.filter(
-            Q(status=Status.BLOCKED)
-            | Q(in_relations__type="blocks", in_relations__source__status__in=[s for s in Status.values if s not in CLOSED])
-        ).distinct()
+        qs = qs.filter(Q(status=Status.BLOCKED) | _open_blocker_exists())
     elif filters.state == "ready":
         qs = (
             qs.filter(work=True, awaiting_triage=False, status__in=DISPATCHABLE)
             .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
             .exclude(_open_blocker_exists())
         )
-    qs = qs.with_people().order_by(*ORDERS[filters.order], "pk")
+    order = ORDERS[filters.order]
+    if filters.search:
+        try:
+            qs = search_ranked(qs, actor=actor, query=filters.search)
+            order = ("-hits", *order)
+        except ServiceError as exc:
+            filters.errors.append(exc.message)
+    qs = qs.with_people().order_by(*order, "pk")
+    matched = qs.count()  # what the rows are pages of: the header counts the same issues
     issues = list(qs[filters.offset : filters.offset + PAGE + 1])
     more = len(issues) > PAGE
     issues = issues[:PAGE]
@@ -215,6 +223,7 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
         "projects": projects,
         "by_status": by_status,
         "total": sum(by_status.values()),
+        "matched": matched,
         "counts": dict(counts),
         "runtimes": runtimes,
         "members": members,

@@ -38,6 +38,7 @@ urlpatterns = [
     path("org/invites/new/", org.invite_create, name="invite_create"),
     path("org/invites/<int:invite_id>/revoke/", org.invite_revoke, name="invite_revoke"),
     path("org/keys/", org.keys, name="keys"),
+    path("org/settings/", org.org_settings, name="org_settings"),
     path("org/keys/new/", org.key_mint, name="key_mint"),
     path("org/keys/<int:key_id>/rotate/", org.key_rotate, name="key_rotate"),
     path("org/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),

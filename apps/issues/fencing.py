@@ -64,6 +64,14 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebindi
     if token:
         claim = claim_by_token(token_hash(token), issue.pk)
         if claim is None or claim.principal_id != actor.principal_id:
+            if live and actor.principal_id is not None and issue.lease_principal_id == actor.principal_id:
+                # The caller holds it: their token is wrong, nobody else's claim is in the way.
+                raise ServiceError(
+                    "CLAIM_MISMATCH",
+                    f"That claimToken is not the one for your claim on {issue.identifier}; "
+                    "use the claimToken your claim answered with.",
+                    reason="wrong-claim-token",
+                )
             if live or required:
                 raise (
                     holder_only(issue)

@@ -304,3 +304,19 @@ class Claim(models.Model):
 
     def __str__(self) -> str:
         return f"claim {self.pk} on {self.issue_id}"
+
+
+class SearchTerm(models.Model):
+    """One keyed term of an issue's title or body (apps.core.search): an HMAC under the
+    org's search key, never the word. Rewritten with the content, in its transaction."""
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="+")
+    issue = models.ForeignKey(Issue, on_delete=models.CASCADE, related_name="search_terms")
+    term = models.BinaryField(max_length=16)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "term"], name="search_org_term")]
+        constraints = [models.UniqueConstraint(fields=["issue", "term"], name="search_issue_term_once")]
+
+    def __str__(self) -> str:
+        return f"search term of {self.issue_id}"

@@ -10,9 +10,10 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.core import sql
+from apps.core import search, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import metered_read
+from apps.issues import inputs
 from apps.issues.models import CLOSED, Activity, Attachment, Checkpoint, Comment, Issue, Label, Status
 from apps.issues.sla import sla
 from apps.orgs.actor import Actor
@@ -131,6 +132,36 @@ def _cursor_decode(cursor: str | None):
         raise invalid("cursor", "That cursor is not one this server gave out.") from None
 
 
+def search_ranked(qs, *, actor: Actor, query):
+    """``qs`` narrowed to the issues sharing a term with ``query``, each annotated with
+    ``hits``: how many of the query's terms it matches (apps.core.search). Order it by
+    ``-hits`` first. A query with no searchable term (punctuation only) matches nothing."""
+    text = inputs.text(query, "query", limit=200, one_line=True)
+    hashes = search.query_terms(str(actor.org.pk), text or "")
+    if not hashes:
+        return qs.none().annotate(hits=Count("search_terms"))
+    # One join, filtered before the count: only matching terms are counted (one row per
+    # distinct term and issue), and the (org, term) index finds them.
+    qs = qs.filter(search_terms__org_id=actor.org.pk, search_terms__term__in=hashes)
+    return qs.annotate(hits=Count("search_terms"))
+
+
+def _search_cursor_decode(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        kind, offset = base64.urlsafe_b64decode(cursor.encode()).decode().split(":")
+        if kind != "search" or not offset.isdigit() or len(offset) > 7:
+            raise ValueError
+        return int(offset)
+    except Exception:
+        raise invalid("cursor", "That cursor is not one this server gave out.") from None
+
+
+def _search_cursor_encode(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"search:{offset}".encode()).decode()
+
+
 def _cursor_encode(issue: Issue) -> str:
     return base64.urlsafe_b64encode(f"{issue.created_at.isoformat()}|{issue.number}|{issue.pk}".encode()).decode()
 
@@ -147,8 +178,13 @@ def issue_list(
     project=None,
     limit=50,
     cursor=None,
+    query=None,
 ) -> tuple[list[Issue], str | None]:
-    """Newest first, cursor-paginated. Filters take one value or a list."""
+    """Newest first, cursor-paginated. Filters take one value or a list.
+
+    With ``query``: the issues whose title or body share a term with it (apps.core.search),
+    ranked by how many of its terms they match, then in dispatch order; filters combine.
+    """
     try:
         limit = int(limit)
     except (TypeError, ValueError, OverflowError):
@@ -177,6 +213,12 @@ def issue_list(
         qs = qs.filter(author_id=human_resolve(actor=actor, ref=author, field="author"))
     if assignee:
         qs = qs.filter(assignee_id=human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True))
+    if query is not None and query != "":
+        qs = search_ranked(qs, actor=actor, query=query).order_by("-hits", "dispatch_rank", "created_at", "number")
+        offset = _search_cursor_decode(cursor)
+        rows = list(qs[offset : offset + limit + 1])
+        more = len(rows) > limit
+        return rows[:limit], (_search_cursor_encode(offset + limit) if more else None)
     decoded = _cursor_decode(cursor)
     if decoded:
         created, number, pk = decoded

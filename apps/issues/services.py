@@ -24,6 +24,7 @@ from apps.issues import inputs
 from apps.issues.fencing import claim_by_token, claim_fence, is_live, token_hash
 from apps.issues.models import CLOSED, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, Status
 from apps.issues.ranking import ancestors, lock_org_ranks
+from apps.issues.search import search_reindex
 from apps.issues.selectors import active_member, issue_resolve, project_resolve
 from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Membership, Org, Project
@@ -234,6 +235,7 @@ def issue_create(
         issue.acceptance = acceptance or None
         issue.no_dependency = no_dependency
         issue.save(force_insert=True)
+        search_reindex(issue)
         if label_rows:
             issue.labels.set(label_rows)
         for blocker in blockers:
@@ -394,6 +396,8 @@ def issue_update(
         issue.updated_at = now
         update_fields = {_column(f) for f in update_fields} | {"updated_at"}
         issue.save(update_fields=sorted(update_fields))
+        if {"title", "body"} & diff.keys():
+            search_reindex(issue)
         unit.record(verb, issue=issue, changes=diff)
     return issue
 
@@ -410,8 +414,10 @@ def _require_evidence(issue: Issue) -> None:
     if missing:
         raise ServiceError(
             "ACCEPTANCE_EVIDENCE_REQUIRED",
-            f"Give evidence for every acceptance criterion; missing for {', '.join(str(i) for i in missing)}.",
-            missing=[{"index": i, "criterion": criteria[i]} for i in missing],
+            # Criteria are counted from 1 for people; ``index`` (from 0) is the evidence slot.
+            f"Give evidence for every acceptance criterion; missing for "
+            f"{'criterion' if len(missing) == 1 else 'criteria'} {', '.join(str(i + 1) for i in missing)}.",
+            missing=[{"index": i, "number": i + 1, "criterion": criteria[i]} for i in missing],
         )
 
 

@@ -12,6 +12,8 @@ is the full ``/mcp``.
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 
 from apps.mcp.auth import UnauthorizedAsJSON
@@ -22,14 +24,48 @@ from apps.mcp.server import MCP_PATH, build_app, build_server
 def mcp_application():
     server = build_server()
     app = build_app(server)
-    return UnauthorizedAsJSON(
-        LifespanlessMCP(app, server.session_manager),
-        anonymous_discovery=settings.RETASC_MCP_ANONYMOUS_DISCOVERY,
+    return no_get_stream(
+        UnauthorizedAsJSON(
+            LifespanlessMCP(app, server.session_manager),
+            anonymous_discovery=settings.RETASC_MCP_ANONYMOUS_DISCOVERY,
+        )
     )
 
 
 def is_mcp_path(path: str) -> bool:
     return path == MCP_PATH or path.startswith(MCP_PATH + "/")
+
+
+_NO_STREAM = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "Method Not Allowed: this server is stateless and opens no notification stream; send requests as POST.",
+        },
+    }
+).encode()
+
+
+def no_get_stream(app):
+    """GET /mcp would open the transport's server-to-client stream, which a stateless
+    server never writes to: the client would wait forever. Answer 405 at once, in the
+    same JSON the transport gives a DELETE."""
+
+    async def wrapper(scope, receive, send):
+        if scope["type"] == "http" and scope.get("method") == "GET":
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"allow", b"POST"),
+                (b"content-length", str(len(_NO_STREAM)).encode()),
+            ]
+            await send({"type": "http.response.start", "status": 405, "headers": headers})
+            await send({"type": "http.response.body", "body": _NO_STREAM})
+            return
+        return await app(scope, receive, send)
+
+    return wrapper
 
 
 def route_mcp(mcp_app, fallback):

@@ -63,6 +63,10 @@ class Spec:
     params: dict = field(default_factory=dict)
     required: tuple = ()
     read_only: bool = False
+    # Alternative sets of required arguments (JSON Schema ``anyOf``), where one tool does
+    # two things: save_issue updates (identifier) or creates (title, work and a blocker
+    # or the reason it has none).
+    required_any: tuple = ()
 
 
 SPECS = (
@@ -121,12 +125,14 @@ SPECS = (
             "parent": _d(S, "container identifier or none"),
             "claimToken": TOKEN,
         },
+        required_any=(("identifier",), ("title", "work", "blockedBy"), ("title", "work", "noDependency")),
     ),
     Spec("get_issue", "One issue.", {"identifier": IDENT}, ("identifier",), True),
     Spec(
         "list_issues",
-        "Issues, newest first. Returns {issues,nextCursor}.",
+        "Issues, newest first; with query, best matches first. Returns {issues,nextCursor}.",
         {
+            "query": _d(S, "words of titles and bodies"),
             "status": STATUS,
             "priority": PRIORITY,
             "label": S,
@@ -140,8 +146,8 @@ SPECS = (
         True,
     ),
     Spec("get_activity", "An issue's receipts (who, what, when, before/after).", {"identifier": IDENT}, ("identifier",), True),
-    Spec("save_comment", "Comment on an issue.", {"issue": IDENT, "body": _d(S, "markdown")}, ("issue", "body")),
-    Spec("list_comments", "An issue's comments.", {"issue": IDENT}, ("issue",), True),
+    Spec("save_comment", "Comment on an issue.", {"identifier": IDENT, "body": _d(S, "markdown")}, ("identifier", "body")),
+    Spec("list_comments", "An issue's comments.", {"identifier": IDENT}, ("identifier",), True),
     Spec(
         "retract_comment",
         "Strike a comment through with a note (never deleted).",
@@ -162,9 +168,9 @@ SPECS = (
     ),
     Spec("save_label", "Create a label or change its color.", {"name": S, "color": _d(S, "#rrggbb")}, ("name",)),
     Spec("list_labels", "The org's labels.", read_only=True),
-    Spec("save_attachment", "Attach a URL to an issue.", {"issue": IDENT, "url": S, "title": S}, ("issue", "url")),
-    Spec("prepare_attachment_upload", "A one-time URL to PUT a file onto an issue.", {"issue": IDENT}, ("issue",)),
-    Spec("list_attachments", "An issue's attachments.", {"issue": IDENT}, ("issue",), True),
+    Spec("save_attachment", "Attach a URL to an issue.", {"identifier": IDENT, "url": S, "title": S}, ("identifier", "url")),
+    Spec("prepare_attachment_upload", "A one-time URL to PUT a file onto an issue.", {"identifier": IDENT}, ("identifier",)),
+    Spec("list_attachments", "An issue's attachments.", {"identifier": IDENT}, ("identifier",), True),
     Spec("get_attachment", "One attachment.", {"attachment": _d(S, "attachment id")}, ("attachment",), True),
     Spec(
         "obsolete_attachment",
@@ -184,6 +190,13 @@ SPECS = (
     Spec("usage_summary", "This month's spend by tier, key and runtime.", read_only=True),
     Spec("billing_summary", "Balance, monthly cap and billing state.", read_only=True),
 )
+
+# Old argument names still accepted (not advertised) for one release: the tools that took
+# ``issue`` now take ``identifier``, as every other tool does.
+ALIASES = {
+    name: {"issue": "identifier"}
+    for name in ("save_comment", "list_comments", "save_attachment", "prepare_attachment_upload", "list_attachments")
+}
 
 # Tools that run on the event loop (auth and the operation go to a thread through
 # sync_to_async); all others are plain functions the SDK runs on anyio worker threads.
@@ -218,7 +231,8 @@ def run_operation(spec: Spec, arguments: dict) -> CallToolResult:
         with database_turn():
             actor = actor_from_token()
             given = {k: v for k, v in arguments.items() if v is not None}
-            missing = [name for name in spec.required if name not in given or given[name] == ""]
+            present = set(given) | {new for old, new in ALIASES.get(spec.name, {}).items() if given.get(old) not in (None, "")}
+            missing = [name for name in spec.required if name not in present or given.get(name) == ""]
             if missing:
                 raise invalid(missing[0], f"{spec.name} needs {', '.join(missing)}.")
             return _result(getattr(operations, spec.name)(actor, **given))
@@ -250,18 +264,36 @@ def _tool_function(spec: Spec):
     tool.__doc__ = spec.description
     # Every argument is optional to the SDK (required ones are checked in run_operation
     # so that a missing one answers INVALID_ARGUMENT JSON like any other refusal).
+    names = [*spec.params, *ALIASES.get(spec.name, {})]
     tool.__signature__ = inspect.Signature(
-        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any) for name in spec.params]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any) for name in names]
     )
-    tool.__annotations__ = {name: Any for name in spec.params}
+    tool.__annotations__ = {name: Any for name in names}
     return tool
+
+
+class RetascTool(Tool):
+    """A tool that refuses arguments it does not know (the SDK's argument model would
+    silently drop them): a misspelt ``claimtoken`` must not read as "no token given"."""
+
+    async def run(self, arguments, context, convert_result: bool = False):
+        known = set(self.parameters.get("properties", {})) | set(ALIASES.get(self.name, {}))
+        unknown = sorted(set(arguments or {}) - known)
+        if unknown:
+            refusal = invalid(
+                unknown[0],
+                f"{self.name} has no argument {', '.join(unknown)}; its arguments are {', '.join(sorted(self.parameters.get('properties', {}))) or 'none'}.",
+            )
+            result = _result(refusal.as_dict(), error=True)
+            return self.fn_metadata.convert_result(result) if convert_result else result
+        return await super().run(arguments, context, convert_result)
 
 
 def build_tools() -> list[Tool]:
     assert [s.name for s in SPECS] == list(operations.TOOLS), "one MCP tool per operation, in SPEC order"
     tools = []
     for spec in SPECS:
-        tool = Tool.from_function(
+        tool = RetascTool.from_function(
             _tool_function(spec),
             name=spec.name,
             description=spec.description,
@@ -271,6 +303,8 @@ def build_tools() -> list[Tool]:
         schema: dict = {"type": "object", "properties": spec.params}
         if spec.required:
             schema["required"] = list(spec.required)
+        if spec.required_any:
+            schema["anyOf"] = [{"required": list(names)} for names in spec.required_any]
         tool.parameters = schema
         tools.append(tool)
     return tools

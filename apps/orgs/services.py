@@ -215,8 +215,22 @@ def actor_for_human(*, user: User, org: Org) -> Actor:
     return Actor(org=org, principal_id=user.pk, key=None, runtime="dash", project=project, membership=membership)
 
 
-def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, runtime: str, lease_ttl: int | None) -> dict:
-    """Idempotent set-up: owner, org (with its data key), project, and a fresh agent key."""
+def bootstrap(
+    *,
+    org_name: str,
+    prefix: str,
+    email: str,
+    password: str | None,
+    runtime: str,
+    lease_ttl: int | None,
+    reuse_key: str | None = None,
+) -> dict:
+    """Idempotent set-up: owner, org (with its data key), project, and a fresh agent key.
+
+    With ``reuse_key`` (a raw key minted by an earlier run), that key is answered again
+    when it is still live and is this owner's key for this org, project and runtime;
+    otherwise a new one is minted (``reused`` says which).
+    """
     if lease_ttl is not None and not 5 <= lease_ttl <= 7 * 24 * 3600:
         # Checked before anything is created (the org's data key is written to the key store).
         raise invalid("lease_ttl", "The lease TTL must be between 5 seconds and 7 days.")
@@ -235,11 +249,27 @@ def bootstrap(*, org_name: str, prefix: str, email: str, password: str | None, r
         if lease_ttl is not None:
             Org.objects.filter(pk=org.pk).update(lease_ttl_seconds=lease_ttl)
         project = Project.objects.filter(org=org, prefix=prefix.upper()).first() or project_create(org=org, prefix=prefix)
-        _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)")
-    result = {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw}
+        raw = (
+            reuse_key
+            if reuse_key and _is_bootstrap_key(reuse_key, org=org, project=project, user=user, runtime=runtime)
+            else None
+        )
+        reused = raw is not None
+        if raw is None:
+            _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)")
+    result = {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw, "reused": reused}
     if generated:
         result["password"] = generated
     return result
+
+
+def _is_bootstrap_key(raw: str, *, org: Org, project: Project, user, runtime: str) -> bool:
+    key = AgentKey.objects.live().filter(secret_hash=hash_secret(raw.strip()), parent__isnull=True).first()
+    return (
+        key is not None
+        and (key.org_id, key.project_id, key.user_id, key.runtime) == (org.pk, project.pk, user.pk, runtime)
+        and Membership.objects.filter(org=org, user=user, status=Membership.Status.ACTIVE).exists()
+    )
 
 
 # --- the owners-only rule -------------------------------------------------------------
@@ -399,3 +429,57 @@ def project_create_as(*, actor: Actor, prefix: str, name: str = "") -> Project:
     if not actor.is_owner:
         raise forbidden("Only an org owner can create projects.")
     return project_create(org=actor.org, prefix=prefix, name=name)
+
+
+# --- org settings (owners only) -------------------------------------------------------
+
+MAX_CLAIM_CAP = 1000
+UNCHANGED = object()  # a setting not given
+
+
+def org_settings_update(*, actor: Actor, lease_ttl_seconds=None, claim_cap=None, timezone_name=None) -> Org:
+    """Change the org's lease length, claim cap per key and time zone. Owners only.
+
+    Each value is a whole number as text or a number; an empty string returns that
+    setting to the deployment default. ``None`` leaves it as it is. One receipt names
+    what changed.
+    """
+    owner_only(actor)
+    changes: dict = {}
+
+    def whole(value, field, low, high, what):
+        if value is None:
+            return UNCHANGED
+        if isinstance(value, str) and value.strip() == "":
+            return None
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise invalid(field, f"{what} is a whole number from {low} to {high}.") from None
+        if not low <= number <= high:
+            raise invalid(field, f"{what} is a whole number from {low} to {high}.")
+        return number
+
+    ttl = whole(lease_ttl_seconds, "leaseTtlSeconds", 5, 7 * 24 * 3600, "The lease length in seconds")
+    cap = whole(claim_cap, "claimCap", 1, MAX_CLAIM_CAP, "The claim cap")
+    tz = UNCHANGED
+    if timezone_name is not None:
+        tz = str(timezone_name).strip()
+        try:
+            zoneinfo.ZoneInfo(tz)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise invalid("timezone", f"{tz!r} is not a known time zone.") from None
+    wanted = {"lease_ttl_seconds": ttl, "claim_cap": cap, "timezone": tz}
+    names = {"lease_ttl_seconds": "leaseTtlSeconds", "claim_cap": "claimCap", "timezone": "timezone"}
+    with mutation(actor, "org_settings", charge=False) as unit:
+        # The org row is locked first (and again, re-entrantly, when the unit flushes):
+        # nothing else is locked in this action, so the lock order holds.
+        org = Org.objects.select_for_update(no_key=True).get(pk=actor.org.pk)
+        changed = [attr for attr, value in wanted.items() if value is not UNCHANGED and getattr(org, attr) != value]
+        for attr in changed:
+            changes[names[attr]] = [getattr(org, attr), wanted[attr]]
+            setattr(org, attr, wanted[attr])
+        if changed:
+            org.save(update_fields=changed)
+            unit.record("org_settings_changed", changes=changes)
+    return org

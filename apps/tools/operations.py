@@ -226,6 +226,7 @@ def get_issue(actor: Actor, *, identifier) -> dict:
 def list_issues(
     actor: Actor,
     *,
+    query=None,
     status=None,
     priority=None,
     label=None,
@@ -245,6 +246,7 @@ def list_issues(
         sla_state=slaState,
         limit=50 if limit is None else limit,
         cursor=cursor,
+        query=query,
     )
     answer = {"issues": issue_shapes(rows, actor=actor), "nextCursor": next_cursor}
     metered_read(actor, "list_issues")
@@ -261,11 +263,23 @@ def get_activity(actor: Actor, *, identifier) -> dict:
 # --- collaboration --------------------------------------------------------------------
 
 
-def save_comment(actor: Actor, *, issue, body) -> dict:
+def _identifier(tool: str, identifier, issue) -> str:
+    """The issue a tool names: ``identifier``, as every tool names it; ``issue`` is the old
+    name of the argument, still accepted for one release."""
+    if identifier is None and issue is None:
+        raise invalid("identifier", f"{tool} needs identifier.")
+    if identifier is not None and issue is not None and str(identifier) != str(issue):
+        raise invalid("issue", "identifier and issue (its old name) name different issues; give identifier only.")
+    return identifier if identifier is not None else issue
+
+
+def save_comment(actor: Actor, *, identifier=None, body=None, issue=None) -> dict:
+    issue = _identifier("save_comment", identifier, issue)
     return comment_shape(comment_create(actor=actor, issue=issue, body=body))
 
 
-def list_comments(actor: Actor, *, issue) -> dict:
+def list_comments(actor: Actor, *, identifier=None, issue=None) -> dict:
+    issue = _identifier("list_comments", identifier, issue)
     answer = {"comments": [comment_shape(c) for c in comments_list(actor=actor, issue=issue)]}
     metered_read(actor, "list_comments")
     return answer
@@ -300,15 +314,18 @@ def list_labels(actor: Actor) -> dict:
 # --- attachments ----------------------------------------------------------------------
 
 
-def save_attachment(actor: Actor, *, issue, url, title=None) -> dict:
+def save_attachment(actor: Actor, *, identifier=None, url=None, title=None, issue=None) -> dict:
+    issue = _identifier("save_attachment", identifier, issue)
     return attachment_shape(attachment_create(actor=actor, issue=issue, url=url, title=title))
 
 
-def prepare_attachment_upload(actor: Actor, *, issue) -> dict:
+def prepare_attachment_upload(actor: Actor, *, identifier=None, issue=None) -> dict:
+    issue = _identifier("prepare_attachment_upload", identifier, issue)
     return issue_services.attachment_upload_prepare(actor=actor, issue=issue)  # meters itself
 
 
-def list_attachments(actor: Actor, *, issue) -> dict:
+def list_attachments(actor: Actor, *, identifier=None, issue=None) -> dict:
+    issue = _identifier("list_attachments", identifier, issue)
     answer = {"attachments": [attachment_shape(a) for a in attachments_list(actor=actor, issue=issue)]}
     metered_read(actor, "list_attachments")
     return answer

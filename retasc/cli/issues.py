@@ -8,15 +8,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from retasc.cli import claims
 from retasc.cli.client import Api
 from retasc.cli.errors import LOCAL, CliError
-from retasc.cli.output import JsonOpt, State, emit_json, handled, out, state
+from retasc.cli.output import JsonOpt, State, emit_json, handled, out, priority_word, state
 
-issue_app = typer.Typer(help="Read issues.", no_args_is_help=True)
+issue_app = typer.Typer(help="Read and change issues.", no_args_is_help=True)
 
 
 def _issue_line(i: dict) -> str:
-    prio = {0: "-", 1: "urgent", 2: "high", 3: "medium", 4: "low"}.get(i.get("priority"), "?")
+    prio = priority_word(i.get("priority"))
     return f"{i['identifier']:<10} {i['status']:<9} {prio:<7} {i['title']}"
 
 
@@ -28,10 +29,12 @@ def next_(
 ):
     """Claim the next ready issue with this folder's agent key and print it."""
     st = state(ctx)
-    if st.binding is None:
-        raise CliError("This folder is not bound to Retasc; run retasc bind.", exit_code=LOCAL)
+    if not st.has_key:
+        raise CliError("This folder is not bound to Retasc; run retasc bind (or set RETASC_KEY).", exit_code=LOCAL)
     with st.api() as api:
         answer = api.post("/api/v1/work/next", {"allLanes": all_lanes} if all_lanes else {}, auth="key")
+    if answer.get("issue") is not None:
+        claims.remember(st, answer["issue"]["identifier"], answer["claimToken"])
     if as_json:
         emit_json(answer)
         return
@@ -88,6 +91,31 @@ def issue_list(
         out.print("No issues.")
 
 
+@issue_app.command("search")
+@handled
+def issue_search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="Words of titles and bodies (any language).")],
+    status: Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable).")] = None,
+    label: Annotated[str | None, typer.Option("--label")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=200)] = 20,
+    as_json: JsonOpt = False,
+):
+    """Search issues: best matches first (most words matched, then dispatch order)."""
+    api, auth = _reader(state(ctx))
+    params = [("query", query), ("limit", str(limit))] + [("status", s) for s in status or []]
+    params += [("label", label)] if label else []
+    with api:
+        answer = api.get("/api/v1/issues", params=params, auth=auth)
+    if as_json:
+        emit_json(answer)
+        return
+    for i in answer["issues"]:
+        out.print(escape(_issue_line(i)))
+    if not answer["issues"]:
+        out.print("No issues match.")
+
+
 @issue_app.command("show")
 @handled
 def issue_show(ctx: typer.Context, identifier: Annotated[str, typer.Argument(help="PREFIX-n")], as_json: JsonOpt = False):
@@ -100,7 +128,8 @@ def issue_show(ctx: typer.Context, identifier: Annotated[str, typer.Argument(hel
         return
     out.print(f"[bold]{escape(issue['identifier'])}[/bold] {escape(issue['title'])}")
     out.print(
-        f"status {issue['status']}  priority {issue['priority']} (effective {issue['effectivePriority']})  "
+        f"status {issue['status']}  priority {priority_word(issue['priority'])} "
+        f"(effective {priority_word(issue['effectivePriority'])})  "
         f"assignee {issue['assignee'] or '-'}  author {issue['author'] or '-'}"
     )
     if issue.get("labels"):
@@ -111,7 +140,11 @@ def issue_show(ctx: typer.Context, identifier: Annotated[str, typer.Argument(hel
         out.print(f"held by {escape(str(issue['claim']['heldBy']))} until {issue['claim']['expiresAt']}")
     if issue.get("body"):
         out.print("\n" + escape(issue["body"]))
+    evidence = issue.get("evidence") or []
+    if issue.get("acceptance"):
+        out.print("\nacceptance:")
     for n, criterion in enumerate(issue.get("acceptance") or [], 1):
-        out.print(f"  [{n}] {escape(criterion)}")
+        given = evidence[n - 1] if n <= len(evidence) else None
+        out.print(f"  [{n}] {escape(criterion)}" + (f"\n      evidence: {escape(str(given))}" if given else ""))
     if issue.get("checkpoint"):
         out.print("\ncheckpoint: " + escape(issue["checkpoint"]))

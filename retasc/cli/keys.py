@@ -42,12 +42,18 @@ def key_mint(
     out.print(f"  [bold]{escape(minted['agentKey'])}[/bold]")
 
 
+KEY_COLUMNS = ("id", "prefix", "runtime", "label", "project", "owner", "last used", "status")
+
+
+def _key_row(k: dict) -> list[str]:
+    values = (k["id"], k["prefix"], k["runtime"], k["label"], k["project"], k["owner"], k["lastUsedAt"] or "never", k["status"])
+    return [str(v).replace("\t", " ") for v in values]
+
+
 def _keys_table(keys: list[dict]) -> Table:
-    table = Table("id", "prefix", "runtime", "label", "project", "owner", "last used", "status", box=None)
+    table = Table(*KEY_COLUMNS, box=None)
     for k in keys:
-        table.add_row(
-            str(k["id"]), k["prefix"], k["runtime"], k["label"], k["project"], k["owner"], k["lastUsedAt"] or "never", k["status"]
-        )
+        table.add_row(*_key_row(k))
     return table
 
 
@@ -61,7 +67,15 @@ def key_list(
     """Agent keys you can manage (owners: the org's; members: their own)."""
     with state(ctx).api() as api:
         keys = api.get("/api/v1/cli/keys", params={"all": "1"} if all_ else None)["keys"]
-    emit_json({"keys": keys}) if as_json else out.print(_keys_table(keys))
+    if as_json:
+        emit_json({"keys": keys})
+    elif out.is_terminal:
+        out.print(_keys_table(keys))
+    else:
+        # Piped: one tab-separated line per key, never squeezed or wrapped to a guessed width.
+        typer.echo("\t".join(KEY_COLUMNS))
+        for k in keys:
+            typer.echo("\t".join(_key_row(k)))
 
 
 @key_app.command("rotate")

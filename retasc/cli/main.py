@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from retasc import __version__
-from retasc.cli import auth, bind, config, doctor, export, issues, keys, members, projects
+from retasc.cli import auth, bind, config, doctor, export, issue_write, issues, keys, members, projects
 from retasc.cli.output import State, err
 
 app = typer.Typer(
@@ -73,6 +73,8 @@ app.command()(export.export)
 app.add_typer(members.members_app, name="members")
 app.add_typer(keys.key_app, name="key")
 app.add_typer(projects.project_app, name="project")
+# issue_write adds create, update, done, release and comment to the issue group.
+issues.issue_app.add_typer(issue_write.dep_app, name="dep")
 app.add_typer(issues.issue_app, name="issue")
 
 

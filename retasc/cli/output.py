@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from retasc.cli import config
 from retasc.cli.client import Api
-from retasc.cli.errors import REFUSED, CliError
+from retasc.cli.errors import REFUSED, USAGE, CliError
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -32,11 +32,38 @@ class State:
 
     def api(self, *, org: str | None = None) -> Api:
         cred = config.credential_for(self.server) or {}
-        key = None
-        if self.binding is not None and self.binding.server == self.server and self.binding.key_path.exists():
+        key = self.env_key()
+        if key is None and self.binding is not None and self.binding.server == self.server and self.binding.key_path.exists():
             key = self.binding.key()
         default_org = org or self.org or (self.binding.org if self.binding and self.binding.server == self.server else None)
         return Api(self.server, token=cred.get("token"), key=key, org=default_org)
+
+    @staticmethod
+    def env_key() -> str | None:
+        """``RETASC_KEY``, when set, overrides the folder's key (as the README says)."""
+        return (os.environ.get("RETASC_KEY") or "").strip() or None
+
+    @property
+    def has_key(self) -> bool:
+        return self.env_key() is not None or (self.binding is not None and self.binding.key_path.exists())
+
+
+PRIORITIES = {0: "none", 1: "urgent", 2: "high", 3: "medium", 4: "low"}
+
+
+def priority_word(value) -> str:
+    return PRIORITIES.get(value, "?") if isinstance(value, int) else str(value or "?")
+
+
+def priority_number(text: str) -> int:
+    """A priority given as a word (urgent, high, medium, low, none) or its number 0-4."""
+    words = {word: number for number, word in PRIORITIES.items()}
+    value = str(text).strip().lower()
+    if value in words:
+        return words[value]
+    if value.isdigit() and int(value) in PRIORITIES:
+        return int(value)
+    raise CliError(f"{text!r} is not a priority; use urgent, high, medium, low or none.", exit_code=USAGE)
 
 
 def state(ctx: typer.Context) -> State:

@@ -18,3 +18,8 @@ from retasc.settings.base import *  # noqa: E402,F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 RETASC_INPROCESS_JOBS = False
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
+
+# The static root exists (empty) so WhiteNoise has a directory to serve from; without it
+# every request in every test warns "No directory at ...". The Dash tests that need the
+# files run collectstatic themselves.
+Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # noqa: F405

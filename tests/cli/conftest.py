@@ -36,8 +36,17 @@ class Cli:
     folder: Path
     runner: CliRunner = field(default_factory=CliRunner)
 
+    env_extra: dict = field(default_factory=dict)
+
     def env(self, **extra) -> dict:
-        return {"XDG_CONFIG_HOME": str(self.config_home), "RETASC_SERVER": self.server, "RETASC_NO_BROWSER": "1", **extra}
+        return {
+            "XDG_CONFIG_HOME": str(self.config_home),
+            "RETASC_SERVER": self.server,
+            "RETASC_NO_BROWSER": "1",
+            "RETASC_KEY": "",  # never the developer's own key
+            **self.env_extra,
+            **extra,
+        }
 
     def __call__(self, *args: str, folder: Path | None = None, input: str | None = None):
         """Run `retasc ARGS` in-process in ``folder``; returns the CliRunner result."""

@@ -47,6 +47,38 @@ def test_queue_filters(dash):
     assert "Fix the login bug" not in dated
 
 
+def test_queue_count_agrees_with_the_rows(dash):
+    from apps.issues.services import issue_update
+
+    w = dash.w
+    for n in range(5):
+        new_issue(w.a, f"Open {n}")
+    closed = new_issue(w.a, "Closed one")
+    issue_update(actor=w.a, identifier=closed.identifier, status="canceled", cancel_reason="dup")
+    page = dash.owner.get("/queue/").content.decode()  # default: open issues
+    rows = page.count('<tr data-issue="')
+    assert rows == 6 and "6 issues" in page  # five new and the fixture's, not seven
+    assert "1 issue" in dash.owner.get("/queue/?status=canceled").content.decode()
+
+
+def test_queue_search_box(dash):
+    w = dash.w
+    new_issue(w.a, "数据库连接失败", priority=1)
+    new_issue(w.a, "Login timeout", priority=1)
+    page = dash.owner.get("/queue/?q=login").content.decode()
+    assert 'name="q" value="login"' in page
+    found = dash.owner.get("/queue/live/?q=login").content.decode()
+    # both login issues; the one matching more words would come first; other orgs never
+    assert "Fix the login bug" in found and "Login timeout" in found and "数据库" not in found
+    assert "Globex" not in dash.owner.get("/queue/live/?q=secret+plan").content.decode()
+    assert "数据库连接失败" in dash.owner.get("/queue/live/?q=连接").content.decode()
+    both = dash.owner.get("/queue/live/?q=login+bug").content.decode()
+    assert both.index("Fix the login bug") < both.index("Login timeout")  # two words beat one
+    combined = dash.owner.get("/queue/live/?q=login&priority=1").content.decode()
+    assert "Login timeout" in combined and "Fix the login bug" not in combined
+    assert dash.owner.get("/queue/live/?q=" + "x" * 300).status_code == 200
+
+
 def test_issue_page_renders_sanitized_markdown(dash):
     issue = new_issue(dash.w.a, "XSS try", body="<script>alert(1)</script> [x](javascript:alert(2)) **bold**")
     body = dash.owner.get(f"/issues/{issue.identifier}/").content.decode()

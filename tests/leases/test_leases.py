@@ -353,20 +353,23 @@ def test_acceptance_evidence_is_required(world, unchanged):
         "ACCEPTANCE_EVIDENCE_REQUIRED",
         lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token),
     )
-    assert err.details["missing"] == [{"index": 0, "criterion": "tests pass"}, {"index": 1, "criterion": "docs updated"}]
+    assert err.details["missing"] == [
+        {"index": 0, "number": 1, "criterion": "tests pass"},
+        {"index": 1, "number": 2, "criterion": "docs updated"},
+    ]
     assert err.http_status == 422
     err = refused(
         unchanged,
         "ACCEPTANCE_EVIDENCE_REQUIRED",
         lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence=["ci green"]),
     )
-    assert err.details["missing"] == [{"index": 1, "criterion": "docs updated"}]
+    assert err.details["missing"] == [{"index": 1, "number": 2, "criterion": "docs updated"}]
     err = refused(
         unchanged,
         "ACCEPTANCE_EVIDENCE_REQUIRED",
         lambda: issue_update(actor=world.a, identifier="ACME-1", status="done", claim_token=token, evidence={"1": "README"}),
     )
-    assert err.details["missing"] == [{"index": 0, "criterion": "tests pass"}]
+    assert err.details["missing"] == [{"index": 0, "number": 1, "criterion": "tests pass"}]
 
 
 def test_acceptance_evidence_as_a_list(world):

@@ -72,6 +72,37 @@ def test_bootstrap_is_idempotent_and_mints_a_new_key_each_time(db):
     assert agent_key_authenticate(first["agentKey"]).principal_id == agent_key_authenticate(second["agentKey"]).principal_id
 
 
+def test_bootstrap_reuse_key_answers_the_kept_key_until_it_stops_working(db, settings, tmp_path):
+    """`make run` passes --reuse-key: one demo key across runs, not a new live key per run."""
+    from apps.leases.revocation import agent_key_revoke
+
+    settings.DATA_DIR = tmp_path
+    first = run(*BOOT, "--reuse-key")
+    kept = next((tmp_path / "bootstrap-keys").iterdir())
+    assert kept.read_text().strip() == first["agentKey"] and kept.stat().st_mode & 0o777 == 0o600
+    keys = AgentKey.objects.count()
+    again = run(*BOOT, "--reuse-key")
+    assert again["agentKey"] == first["agentKey"] and AgentKey.objects.count() == keys
+    assert set(again) == set(first)  # the same SPEC keys, nothing added
+    fresh = run(*BOOT, "--reuse-key", "--new-key")
+    assert fresh["agentKey"] != first["agentKey"] and kept.read_text().strip() == fresh["agentKey"]
+    # a revoked kept key is replaced, never handed out
+    agent_key_revoke(key=agent_key_authenticate(fresh["agentKey"]).key)
+    replaced = run(*BOOT, "--reuse-key")
+    assert replaced["agentKey"] not in (first["agentKey"], fresh["agentKey"])
+    assert agent_key_authenticate(replaced["agentKey"]).org.slug == "demo-co"
+    # without --reuse-key, bootstrap mints a new key every time (SPEC §14)
+    assert run(*BOOT)["agentKey"] != replaced["agentKey"]
+
+
+def test_bootstrap_human_output_says_when_the_key_is_the_kept_one(db, settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    call_command(*BOOT, "--reuse-key", stdout=StringIO())
+    out = StringIO()
+    call_command(*BOOT, "--reuse-key", stdout=out)
+    assert "the same key as last run" in out.getvalue()
+
+
 def test_bootstrap_reuses_the_org_and_adds_a_project(db):
     run(*BOOT)
     result = run("bootstrap", "--org", "Demo Co", "--project", "OPS", "--email", "ada@example.com", "--password", "x")

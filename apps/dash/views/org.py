@@ -7,6 +7,7 @@ the POST response, marked no-store, and never kept in the session.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -220,3 +221,36 @@ def org_switch(request):
     if not switch_org(request, field(request, "org")):
         raise not_found("Org")
     return redirect("dash:queue")
+
+
+# --- org settings ----------------------------------------------------------------------
+
+
+def _settings_context(actor) -> dict:
+    org = actor.org
+    return {
+        "org_settings": {
+            "lease_ttl_seconds": org.lease_ttl_seconds,
+            "claim_cap": org.claim_cap,
+            "timezone": org.timezone,
+            "default_lease": settings.RETASC_LEASE_TTL_SECONDS,
+            "default_cap": settings.RETASC_CLAIM_CAP,
+        }
+    }
+
+
+@dash_view
+def org_settings(request):
+    if request.method == "POST":
+        try:
+            org_services.org_settings_update(
+                actor=request.actor,
+                lease_ttl_seconds=request.POST.get("lease_ttl_seconds", ""),
+                claim_cap=request.POST.get("claim_cap", ""),
+                timezone_name=request.POST.get("timezone", request.actor.org.timezone),
+            )
+        except ServiceError as exc:
+            return page_with_error(request, "dash/org_settings.html", _settings_context(request.actor), exc)
+        messages.success(request, _("Saved the org's settings."))
+        return redirect("dash:org_settings")
+    return render(request, "dash/org_settings.html", _settings_context(request.actor))
