@@ -406,7 +406,9 @@ def _up(o) -> int:
         run.down()
 
 
-def _site(o) -> int:
+def _site(o, argv: list[str]) -> int:
+    # The first line says how the file was made, so a check can make it again and compare.
+    sys.stdout.write(f"# Generated from deploy/nginx/retasc.conf by: deploy/scaled-run {shlex.join(argv)}\n")
     sys.stdout.write(
         nginx_site(
             NGINX_SITE.read_text(),
@@ -431,7 +433,6 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--web", type=int, default=2, help="how many Daphne processes")
     up.add_argument("--first-web-port", type=int, default=8001)
     up.add_argument("--workdir", help="data, secrets and logs (default: a new temporary directory)")
-    up.set_defaults(run=_up)
     site = sub.add_parser("nginx-site", help="print deploy/nginx/retasc.conf with other upstreams, listen address and paths")
     site.add_argument("--upstream", action="append", required=True, help="HOST:PORT of a Daphne process (repeat)")
     site.add_argument("--listen", default="80")
@@ -439,11 +440,13 @@ def main(argv: list[str] | None = None) -> int:
     site.add_argument("--static-root", default="/var/lib/retasc/static")
     site.add_argument("--access-log", default="/var/log/nginx/retasc.access.log")
     site.add_argument("--error-log", default="/var/log/nginx/retasc.error.log")
-    site.set_defaults(run=_site)
+    argv = sys.argv[1:] if argv is None else argv
     o = p.parse_args(argv)
-    if o.cmd == "up" and not o.database_url.startswith(("postgres://", "postgresql://")):
-        p.error("the scaled mode needs PostgreSQL (--database-url postgres://...)")
-    return o.run(o)
+    if o.cmd == "up":
+        if not o.database_url.startswith(("postgres://", "postgresql://")):
+            p.error("the scaled mode needs PostgreSQL (--database-url postgres://...)")
+        return _up(o)
+    return _site(o, argv)
 
 
 if __name__ == "__main__":
