@@ -200,8 +200,8 @@ def _site(**overrides) -> str:
         "listen": "127.0.0.1:9000",
         "server_name": "localhost",
         "static_root": "/srv/static",
-        "access_log": "/tmp/a.log",
-        "error_log": "/tmp/e.log",
+        "access_log": "/srv/logs/a.log",
+        "error_log": "/srv/logs/e.log",
     }
     return nginx_site(SITE_TEMPLATE, **{**kw, **overrides})
 
