@@ -113,7 +113,7 @@ def nginx_site(
 
 
 def nginx_main(*, prefix: Path, site: Path) -> str:
-    """A whole nginx.conf for an unprivileged nginx under ``prefix`` serving ``site``."""
+    """A whole nginx.conf for an nginx of its own under ``prefix`` (pid, logs, temp files) serving ``site``."""
     user = ""
     if os.geteuid() == 0:
         # As root nginx would run its workers as "nobody", who cannot read the static
