@@ -44,14 +44,35 @@ def _name(var: str) -> str:
     return var.removesuffix("_FILE")
 
 
-def assert_environment(env: dict[str, str], role: str, *, secrets_under: str) -> None:
+def assert_environment(env: dict[str, str], role: str, *, secrets_under: str, file_vars=(*SECRET_VARS, "DATABASE_URL")) -> None:
     """``env`` sets exactly the site variables plus the role's fixed ones; secrets (and a
     database URL, which carries a password) only as files under ``secrets_under``."""
     assert sorted(_name(k) for k in env) == sorted({*SITE_VARS, *ROLE_ENV[role]}), role
     assert {k: env[k] for k in ROLE_ENV[role]} == ROLE_ENV[role], role
-    for var in (*SECRET_VARS, "DATABASE_URL"):
+    for var in file_vars:
         assert var not in env, f"{role}: {var} must come from a file ({var}_FILE)"
         assert env[f"{var}_FILE"].startswith(secrets_under), (role, var)
+
+
+# --- the scaled run itself ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ROLE_ENV)
+def test_the_scaled_run_gives_each_role_the_site_and_role_environment(tmp_path, role):
+    from deploy.scaled import ScaledRun
+
+    run = ScaledRun(
+        "postgres://u@127.0.0.1:5432/db", "redis://127.0.0.1:6379/11", tmp_path, 9000, [9001, 9002], {"RETASC_DB_POOL_SIZE": "8"}
+    )
+    env = run.env(role)
+    ours = {k: v for k, v in env.items() if _name(k) in SITE_VARS or k in ROLE_ENV[role]}
+    # Its database URL has no password (loopback, trust): the secrets proper are files.
+    assert_environment(ours, role, secrets_under=str(tmp_path / "secrets"), file_vars=SECRET_VARS)
+    for var in SECRET_VARS:
+        path = Path(env[f"{var}_FILE"])
+        assert path.stat().st_mode & 0o777 == 0o600 and path.read_text().strip()
+    # Tuning reaches every role except where the role fixes the value (no pool in a worker).
+    assert env["RETASC_DB_POOL_SIZE"] == ROLE_ENV[role].get("RETASC_DB_POOL_SIZE", "8")
 
 
 # --- compose --------------------------------------------------------------------------
