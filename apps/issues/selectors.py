@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import uuid
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -252,7 +253,6 @@ def labels_list(*, actor: Actor) -> list[Label]:
 
 def attachment_file(*, actor: Actor, attachment: str):
     """An uploaded attachment with its (sealed) file, for members of its org only."""
-    import uuid
 
     try:
         pk = uuid.UUID(str(attachment))
@@ -280,7 +280,6 @@ def attachments_list(*, actor: Actor, issue: str) -> list:
 
 def attachment_get(*, actor: Actor, attachment: str):
     """One attachment of the actor's org; any other id reads as NOT_FOUND."""
-    import uuid
 
     try:
         pk = uuid.UUID(str(attachment))
