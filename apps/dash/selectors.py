@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 
 from apps.core.errors import invalid
+from apps.issues import acceptance as acceptance_rules
 from apps.issues.chain import verify_org
 from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
 from apps.issues.selectors import activity_for_issue, issue_resolve
@@ -279,7 +280,16 @@ def issue_page(*, actor: Actor, identifier: str) -> dict:
     attachments = list(Attachment.objects.filter(issue=issue).order_by("created_at"))
     activity = [activity_shape(a) for a in activity_for_issue(issue=issue)]
     _people_in_receipts(actor, activity)
-    acceptance = list(zip(shape["acceptance"], shape["evidence"] + [None] * len(shape["acceptance"]), strict=False))
+    evidence = shape["evidence"] + [None] * len(shape["acceptance"])
+    acceptance = [
+        {
+            "text": acceptance_rules.criterion_text(c),
+            "check": acceptance_rules.criterion_check(c),
+            "evidence": acceptance_rules.evidence_text(e) if e else None,
+            "failure": acceptance_rules.failure(c, e) if e else None,
+        }
+        for c, e in zip(shape["acceptance"], evidence, strict=False)
+    ]
     broken = verify_org(actor.org)
     members = list(
         Membership.objects.filter(org_id=actor.org.pk, status=Membership.Status.ACTIVE)
