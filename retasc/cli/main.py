@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from retasc import __version__
-from retasc.cli import auth, bind, config, doctor, export, issues, keys, members, projects
+from retasc.cli import auth, bind, config, doctor, export, issues, keys, members, projects, stdio
 from retasc.cli.output import State, err
 
 app = typer.Typer(
@@ -70,6 +70,7 @@ app.command()(bind.join)
 app.command()(doctor.doctor)
 app.command("next")(issues.next_)
 app.command()(export.export)
+app.command("mcp")(stdio.mcp)
 app.add_typer(members.members_app, name="members")
 app.add_typer(keys.key_app, name="key")
 app.add_typer(projects.project_app, name="project")
