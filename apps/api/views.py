@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, SessionOrgAuthentication
 from apps.api.schema import ARGS, QUERY_ARGS, body_schema, ref
+from apps.billing import usage
 from apps.core.errors import ServiceError, invalid
 from apps.devices.auth import PersonalTokenAuthentication
 from apps.issues.selectors import attachment_file
@@ -518,3 +519,45 @@ class Upload(APIView):
             filename=request.query_params.get("filename", ""),
         )
         return Response(attachment_shape(att), status=201)
+
+
+class UsagePush(ApiView):
+    """``POST /api/v1/usage/reports``: a runtime's per-day token and session totals for this key."""
+
+    @extend_schema(
+        operation_id="usage_push",
+        summary="Report a runtime's usage per day (counts only; each day replaces the last report).",
+        tags=["usage"],
+        request={
+            "application/json": {
+                "type": "object",
+                "required": ["runtime", "days"],
+                "additionalProperties": False,
+                "properties": {
+                    "runtime": {"type": "string", "maxLength": 40},
+                    "days": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["day"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "day": {"type": "string", "format": "date"},
+                                "model": {"type": "string", "maxLength": 100},
+                                **{n: {"type": "integer", "minimum": 0} for n in usage.COUNTERS},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+        responses={200: OpenApiTypes.OBJECT, 400: ref("Error"), 401: ref("Error"), 403: ref("Error")},
+    )
+    def post(self, request):
+        body = request.data if isinstance(request.data, dict) else None
+        if body is None:
+            raise invalid("body", "The body is a JSON object {runtime, days}.")
+        unknown = set(body) - {"runtime", "days"}
+        if unknown:
+            raise invalid(sorted(unknown)[0], f"Unknown argument {sorted(unknown)[0]!r}.")
+        return Response(usage.usage_report(actor=request.auth, runtime=body.get("runtime"), days=body.get("days")))

@@ -39,11 +39,12 @@ class ServiceError(Exception):
     chosen by the part before it.
     """
 
-    def __init__(self, code: str, message: str, *, tell_human: str | None = None, **details):
+    def __init__(self, code: str, message: str, *, tell_human: str | None = None, ask_human: str | None = None, **details):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.tell_human = tell_human
+        self.tell_human = tell_human  # one sentence for the agent to relay: what a person must do
+        self.ask_human = ask_human  # the question to put to that person, where one helps
         self.details = details
 
     @property
@@ -54,6 +55,8 @@ class ServiceError(Exception):
         body = {"code": self.code, "message": self.message, **self.details}
         if self.tell_human:
             body["tellHuman"] = self.tell_human
+        if self.ask_human:
+            body["askHuman"] = self.ask_human
         return body
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import zoneinfo
 from datetime import UTC, date, datetime, time, timedelta
@@ -126,10 +127,26 @@ def string_list(value, field: str, *, item_limit: int = 2000) -> list[str]:
     return out
 
 
-def evidence(value, criteria: int) -> list[str]:
-    """A list (one entry per criterion, in order) or an object keyed by criterion index."""
+def _evidence_entry(item) -> str | dict:
+    """Text, or an object of fields (for a ``required_fields`` check)."""
+    if isinstance(item, dict):
+        if len(json.dumps(item, default=str)) > 2000:
+            raise invalid("evidence", "an evidence object is longer than 2000 characters.")
+        return item
+    if not isinstance(item, str):
+        raise invalid("evidence", "evidence entries are text or objects.")
+    if len(item) > 2000:
+        raise invalid("evidence", "an entry of evidence is longer than 2000 characters.")
+    return item.strip()
+
+
+def evidence(value, criteria: int) -> list:
+    """A list (one entry per criterion, in order) or an object keyed by criterion index.
+
+    An entry is text, or an object of fields for a criterion with a ``required_fields``
+    check (apps.issues.acceptance)."""
     if isinstance(value, dict):
-        out = [""] * criteria
+        out: list = [""] * criteria
         for key, item in value.items():
             try:
                 index = int(key)
@@ -137,13 +154,17 @@ def evidence(value, criteria: int) -> list[str]:
                 raise invalid("evidence", "evidence keys are criterion indexes (0, 1, ...).") from None
             if not 0 <= index < criteria:
                 raise invalid("evidence", f"there is no acceptance criterion {index}.")
-            if not isinstance(item, str):
-                raise invalid("evidence", "evidence entries are text.")
-            out[index] = item.strip()
+            out[index] = _evidence_entry(item)
         return out
-    items = string_list(value, "evidence")
-    if len(items) > criteria:
-        raise invalid("evidence", f"{len(items)} evidence entries for {criteria} acceptance criteria.")
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise invalid("evidence", "evidence must be a list of text.")
+    if len(value) > criteria:
+        raise invalid("evidence", f"{len(value)} evidence entries for {criteria} acceptance criteria.")
+    items = [_evidence_entry(item) for item in value]
+    if any(item in ("", {}) for item in items):
+        raise invalid("evidence", "every entry of evidence must be non-empty.")
     return items + [""] * (criteria - len(items))
 
 

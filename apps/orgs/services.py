@@ -174,9 +174,12 @@ def _key_with_holder(secret_hash: str):
         f" LEFT JOIN {q(Membership._meta.db_table)} m"
         f" ON m.org_id = k.org_id AND m.user_id = k.user_id AND m.status = %s"
         " WHERE k.secret_hash = %s AND k.revoked_at IS NULL AND o.deleted_at IS NULL"
+        " AND (k.expires_at IS NULL OR k.expires_at > %s)"
     )
     with connection.cursor() as cur:
-        cur.execute(query, [Membership.Status.ACTIVE.value, secret_hash])
+        cur.execute(
+            query, [Membership.Status.ACTIVE.value, secret_hash, connection.ops.adapt_datetimefield_value(timezone.now())]
+        )
         row = cur.fetchone()
     if row is None:
         return None, None

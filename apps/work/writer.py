@@ -65,6 +65,7 @@ def check_limits(org, action: str, amount: int, now) -> None:
             "BILLING_INACTIVE",
             "The org's credit is used up; reads, heartbeat, checkpoint and release still work.",
             tell_human="Add credit to the org (Dash > Billing) to resume dispatch.",
+            ask_human="The org is out of credit; can you add some in the Dash (Billing) so I can keep working?",
         )
     spent = org.spend_month_micros if org.spend_month == _month(now) else 0
     if org.monthly_cap_micros is not None and spent + amount > org.monthly_cap_micros:
@@ -72,6 +73,7 @@ def check_limits(org, action: str, amount: int, now) -> None:
             "MONTHLY_CAP_REACHED",
             "The org's monthly spend cap is reached; reads, heartbeat, checkpoint and release still work.",
             tell_human="Raise the monthly cap (Dash > Billing) or wait for next month.",
+            ask_human="The org reached its monthly spend cap; can you raise it in the Dash (Billing)?",
         )
 
 

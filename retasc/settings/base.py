@@ -235,6 +235,9 @@ RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024
 # Test instances only: answer initialize / ping / tools/list without a key (every tool
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
+# MCP authorization (OAuth 2.1) for clients that cannot paste a bearer key. OAuth needs an
+# https public URL (or a loopback one); on a plain-http public host it stays off.
+RETASC_MCP_OAUTH = env_bool("RETASC_MCP_OAUTH", True)
 
 LOGGING = {
     "version": 1,
