@@ -171,7 +171,7 @@ def test_tests_green_check(world, unchanged):
     token = claim_of(world.a, "ACME-1")
     issue_update(actor=world.a, identifier="ACME-1", evidence=["README", "2 failed, 10 passed in 3.2s"], claim_token=token)
     err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: _finish(world.a, "ACME-1", token))
-    assert err.message == "The tests_green check of criterion 1 failed: the evidence reports failing tests."
+    assert err.message == "The tests_green check of criterion 2 failed: the evidence reports failing tests."
     assert err.details["failedChecks"] == [
         {"index": 1, "number": 2, "criterion": "suite passes", "check": "tests_green", "reason": "the evidence reports failing tests."}
     ]
@@ -203,10 +203,10 @@ def test_required_fields_check(world, unchanged):
     token = claim_of(world.a, "ACME-1")
     issue_update(actor=world.a, identifier="ACME-1", evidence=[{"url": "https://example.test/pr/1"}], claim_token=token)
     err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: _finish(world.a, "ACME-1", token))
-    assert err.message == "The required_fields check of criterion 0 failed: the evidence lacks sha."
+    assert err.message == "The required_fields check of criterion 1 failed: the evidence lacks sha."
     issue_update(actor=world.a, identifier="ACME-1", evidence=["just text"], claim_token=token)
     err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: _finish(world.a, "ACME-1", token))
-    assert err.message == "The required_fields check of criterion 0 failed: the evidence must be an object with url, sha."
+    assert err.message == "The required_fields check of criterion 1 failed: the evidence must be an object with url, sha."
     # an object, or the JSON text of one
     issue_update(
         actor=world.a, identifier="ACME-1", evidence=['{"url": "https://example.test/pr/1", "sha": "abc123"}'], claim_token=token
@@ -221,7 +221,7 @@ def test_unknown_check_fails_closed(world, unchanged):
     err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: _finish(world.a, "ACME-1", token))
     assert (
         err.message
-        == "The canary_healthy check of criterion 0 failed: the check 'canary_healthy' is unknown to this server, so it cannot pass."
+        == "The canary_healthy check of criterion 1 failed: the check 'canary_healthy' is unknown to this server, so it cannot pass."
     )
 
 
