@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 
 from apps.core.errors import invalid
-from apps.issues.chain import verify_org
+from apps.issues.chain import check_org_cached
 from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
 from apps.issues.selectors import activity_for_issue, issue_resolve
 from apps.issues.shapes import activity_shape, issue_shapes
@@ -280,7 +280,7 @@ def issue_page(*, actor: Actor, identifier: str) -> dict:
     activity = [activity_shape(a) for a in activity_for_issue(issue=issue)]
     _people_in_receipts(actor, activity)
     acceptance = list(zip(shape["acceptance"], shape["evidence"] + [None] * len(shape["acceptance"]), strict=False))
-    broken = verify_org(actor.org)
+    broken = check_org_cached(actor.org).broken  # incremental from the last verified head
     members = list(
         Membership.objects.filter(org_id=actor.org.pk, status=Membership.Status.ACTIVE)
         .select_related("user")

@@ -205,6 +205,11 @@ RETASC_API_RATE = env_str("RETASC_API_RATE", "600/min")
 if not __import__("re").fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", RETASC_API_RATE):
     raise ImproperlyConfigured(f"RETASC_API_RATE must look like 600/min, not {RETASC_API_RATE!r}.")
 RETASC_UPLOAD_MAX_BYTES = env_int("RETASC_UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+# Every request body is capped before the app reads it (apps.core.bodycap, in front of the
+# whole ASGI app): Content-Length first, then the bytes as they stream. The default fits
+# the largest legal JSON body (a 200000-character title and body, escaped) with room.
+# Uploads (PUT /api/v1/uploads/...) have their own cap, RETASC_UPLOAD_MAX_BYTES.
+RETASC_MAX_BODY_BYTES = env_int("RETASC_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=64 * 1024)
 RETASC_UPLOAD_URL_TTL_SECONDS = env_int("RETASC_UPLOAD_URL_TTL_SECONDS", 900, minimum=10, maximum=7 * 24 * 3600)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Retasc API",
@@ -223,6 +228,10 @@ SPECTACULAR_SETTINGS = {
 # Queue behaviour.
 RETASC_LEASE_TTL_SECONDS = env_int("RETASC_LEASE_TTL_SECONDS", 1800, minimum=5, maximum=7 * 24 * 3600)
 RETASC_CLAIM_CAP = env_int("RETASC_CLAIM_CAP", 7, minimum=1, maximum=1000)
+# Live session keys one agent key may have (mint_session_key refuses past it).
+RETASC_SESSION_KEYS_MAX = env_int("RETASC_SESSION_KEYS_MAX", 16, minimum=1, maximum=1000)
+# The Dash re-checks a chain from its last verified head; a whole walk at least this often.
+RETASC_CHAIN_RECHECK_SECONDS = env_int("RETASC_CHAIN_RECHECK_SECONDS", 600, minimum=0)
 RETASC_RECLAIM_INTERVAL_SECONDS = env_int("RETASC_RECLAIM_INTERVAL_SECONDS", 30, minimum=1)
 # How long `retasc login` waits between polls of the device flow.
 RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECONDS", 5, minimum=1, maximum=60)

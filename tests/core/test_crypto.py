@@ -255,7 +255,7 @@ def test_rewrap_never_resurrects_a_destroyed_key(db, own_keystore, monkeypatch):
     with override_settings(RETASC_MASTER_KEY=old):
         w = build_world()
     victim = own_keystore / f"{w.org.pk}.key"
-    real_lock = keystore._store_lock
+    real_lock = keystore.store_lock
 
     @contextmanager
     def delete_lands_first():
@@ -264,7 +264,7 @@ def test_rewrap_never_resurrects_a_destroyed_key(db, own_keystore, monkeypatch):
         with real_lock():
             yield
 
-    monkeypatch.setattr(keystore, "_store_lock", delete_lands_first)
+    monkeypatch.setattr(keystore, "store_lock", delete_lands_first)
     with override_settings(RETASC_MASTER_KEY=f"{new},{old}"):
         call_command("rewrap_keys")
     assert not victim.exists()
