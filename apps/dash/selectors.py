@@ -16,6 +16,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
+from apps.core import inputs
 from apps.core.errors import invalid
 from apps.issues.chain import check_org_cached
 from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
@@ -62,10 +63,11 @@ class QueueFilters:
             created_to=q.get("to", "").strip(),
             order=q.get("order", "dispatch") if q.get("order") in ORDERS else "dispatch",
         )
-        try:
-            f.offset = max(0, int(q.get("offset", 0)))
-        except ValueError:
-            f.offset = 0
+        f.offset = inputs.offset(q.get("offset"))
+        for name in ("q", "project", "status", "runtime", "priority", "lane", "state", "created_from", "created_to"):
+            value = getattr(f, name, None)
+            if isinstance(value, str):
+                inputs.clean(value, name)  # NUL or a lone surrogate: INVALID_ARGUMENT (400)
         return f
 
     def query(self, **override) -> str:

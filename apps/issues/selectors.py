@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import base64
 import re
+import uuid
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from apps.core import sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import metered_read
+from apps.issues import inputs
 from apps.issues.models import CLOSED, Activity, Attachment, Checkpoint, Comment, Issue, Label, Status
 from apps.issues.sla import sla
 from apps.orgs.actor import Actor
@@ -103,7 +106,8 @@ def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
         if actor.project is None:
             raise invalid("prefix", "Name a project prefix.")
         return actor.project
-    project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+    prefix = inputs.ref(prefix, "prefix", limit=40)
+    project = Project.objects.filter(org_id=actor.org.pk, prefix=prefix.upper()).first()
     if project is None:
         raise not_found(f"Project {prefix}")
     return project
@@ -122,13 +126,24 @@ def sla_of(issue: Issue, now=None):
 
 
 def _cursor_decode(cursor: str | None):
+    """(created_at, number, pk) from a cursor ``_cursor_encode`` gave out. Each part is
+    parsed here: a forged cursor whose parts decode but are not a datetime, a number and
+    an issue id is the same refusal as one that does not decode at all."""
     if not cursor:
         return None
+    refused = invalid("cursor", "That cursor is not one this server gave out.")
+    if not isinstance(cursor, str) or len(cursor) > 200:
+        raise refused
     try:
-        created, number, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return created, int(number), pk
-    except Exception:
-        raise invalid("cursor", "That cursor is not one this server gave out.") from None
+        created, number, pk = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8").split("|")
+        moment = parse_datetime(created)
+        number = int(number) if number.isascii() and number.isdigit() and len(number) < 12 else None
+        pk = uuid.UUID(pk)
+    except (ValueError, UnicodeError, TypeError):
+        raise refused from None
+    if moment is None or timezone.is_naive(moment) or number is None:
+        raise refused
+    return moment, number, pk
 
 
 def _cursor_encode(issue: Issue) -> str:
@@ -166,13 +181,9 @@ def issue_list(
         qs = qs.filter(status__in=values)
     if priority is not None and priority != "":
         values = [priority] if not isinstance(priority, list) else priority
-        try:
-            values = [int(v) for v in values]
-        except (TypeError, ValueError):
-            raise invalid("priority", "priority is 0-4.") from None
-        qs = qs.filter(priority__in=values)
+        qs = qs.filter(priority__in=[inputs.priority(v) for v in values])
     if label:
-        qs = qs.filter(labels__name=label)
+        qs = qs.filter(labels__name=inputs.ref(label, "label", limit=60))
     if author:
         qs = qs.filter(author_id=human_resolve(actor=actor, ref=author, field="author"))
     if assignee:
@@ -210,8 +221,6 @@ def labels_list(*, actor: Actor) -> list[Label]:
 
 def attachment_file(*, actor: Actor, attachment: str):
     """An uploaded attachment with its (sealed) file, for members of its org only."""
-    import uuid
-
     try:
         pk = uuid.UUID(str(attachment))
     except ValueError:
@@ -238,7 +247,6 @@ def attachments_list(*, actor: Actor, issue: str) -> list:
 
 def attachment_get(*, actor: Actor, attachment: str):
     """One attachment of the actor's org; any other id reads as NOT_FOUND."""
-    import uuid
 
     try:
         pk = uuid.UUID(str(attachment))
@@ -252,7 +260,8 @@ def attachment_get(*, actor: Actor, attachment: str):
 
 def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
     if prefix:
-        project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+        prefix = inputs.ref(prefix, "prefix", limit=40)
+        project = Project.objects.filter(org_id=actor.org.pk, prefix=prefix.upper()).first()
     else:
         project = actor.project
     if project is None:

@@ -198,7 +198,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["apps.api.parsers.BoundedJSONParser"],
 }
 # Per agent key (or signed-in user) request rate for /api/v1/, e.g. "600/min".
 RETASC_API_RATE = env_str("RETASC_API_RATE", "600/min")
