@@ -66,3 +66,10 @@ def offset(value, field: str = "offset", *, maximum: int = 1_000_000) -> int:
     if not raw.isascii() or not raw.isdigit() or len(raw) > 12 or int(raw) > maximum:
         raise invalid(field, f"{field} must be a whole number from 0 to {maximum}.")
     return int(raw)
+
+
+def brief(value, limit: int = 60) -> str:
+    """A value as a refusal may quote it: at most ``limit`` characters (a 900 KB value
+    once came back whole in its error message)."""
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit] + "…"

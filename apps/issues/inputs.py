@@ -10,7 +10,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from apps.core.errors import invalid
-from apps.core.inputs import MAX_BODY, clean, offset, ref, text  # noqa: F401 (re-exported: the text parsers)
+from apps.core.inputs import MAX_BODY, brief, clean, offset, ref, text  # noqa: F401 (re-exported: the text parsers)
 
 MAX_TITLE = 300
 MAX_ITEMS = 50
@@ -64,7 +64,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         try:
             day = parse_date(raw)
         except ValueError:
-            raise invalid("dueAt", f"{raw!r} is not a valid date.") from None
+            raise invalid("dueAt", f"{brief(raw)!r} is not a valid date.") from None
         if day is not None:
             return _end_of_day(day, org_timezone)
         try:
@@ -72,7 +72,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         except ValueError:
             parsed = None
         if parsed is None:
-            raise invalid("dueAt", f"{raw!r} is not a date (2026-12-01), an ISO datetime, or epoch milliseconds.")
+            raise invalid("dueAt", f"{brief(raw)!r} is not a date (2026-12-01), an ISO datetime, or epoch milliseconds.")
         if timezone.is_naive(parsed):
             parsed = parsed.replace(tzinfo=zoneinfo.ZoneInfo(org_timezone))
     else:

@@ -29,7 +29,7 @@ IDENT_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]{1,9})-(\d{1,9})\s*$")
 def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue:
     match = IDENT_RE.match(str(identifier or ""))
     if not match:
-        raise ServiceError("NOT_FOUND", f"{identifier!r} is not an issue identifier (like ABC-12).")
+        raise ServiceError("NOT_FOUND", f"{inputs.brief(identifier)!r} is not an issue identifier (like ABC-12).")
     issue = _issue_by_prefix(actor=actor, prefix=match.group(1).upper(), number=int(match.group(2)), lock=lock)
     if issue is None:
         # A renamed project's old prefix still resolves (OLD-12 -> NEW-12).
@@ -44,7 +44,7 @@ def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue
                 qs = qs.select_for_update(no_key=True, of=("self",))
             issue = qs.first()
     if issue is None:
-        raise not_found(f"Issue {identifier}")
+        raise not_found(f"Issue {inputs.brief(identifier)}")
     return issue
 
 
@@ -109,7 +109,7 @@ def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
     prefix = inputs.ref(prefix, "prefix", limit=40)
     project = Project.objects.filter(org_id=actor.org.pk, prefix=prefix.upper()).first()
     if project is None:
-        raise not_found(f"Project {prefix}")
+        raise not_found(f"Project {inputs.brief(prefix)}")
     return project
 
 
@@ -177,7 +177,7 @@ def issue_list(
         values = [status] if isinstance(status, str) else list(status)
         bad = [v for v in values if v not in Status.values]
         if bad:
-            raise invalid("status", f"Unknown status {bad[0]!r}; use one of {', '.join(Status.values)}.")
+            raise invalid("status", f"Unknown status {inputs.brief(bad[0])!r}; use one of {', '.join(Status.values)}.")
         qs = qs.filter(status__in=values)
     if priority is not None and priority != "":
         values = [priority] if not isinstance(priority, list) else priority
@@ -265,7 +265,7 @@ def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
     else:
         project = actor.project
     if project is None:
-        raise not_found(f"Project {prefix}")
+        raise not_found(f"Project {inputs.brief(prefix)}")
     by_status = dict(Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n"))
     open_count = sum(n for s, n in by_status.items() if s not in CLOSED)
     return project_shape(project, {"byStatus": by_status, "open": open_count})

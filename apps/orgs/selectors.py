@@ -121,5 +121,5 @@ def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) ->
     else:
         membership = members.filter(user__email__iexact=text).first()
     if membership is None:
-        raise invalid(field, f"{text!r} is not a member of this org.")
+        raise invalid(field, f"{inputs.brief(text)!r} is not a member of this org.")
     return membership.user_id

@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from apps.core import keystore, sql
+from apps.core import inputs, keystore, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import mutation
 from apps.orgs.actor import Actor
@@ -35,7 +35,7 @@ def hash_secret(raw: str) -> str:
 def user_get_or_create(*, email: str, password: str | None = None, name: str = "") -> tuple[User, bool]:
     email = (email or "").strip().lower()
     if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
-        raise invalid("email", f"{email!r} is not an e-mail address.")
+        raise invalid("email", f"{inputs.brief(email)!r} is not an e-mail address.")
     user, created = User.objects.get_or_create(username=email, defaults={"email": email, "first_name": name[:150]})
     if created:
         if password:
@@ -66,7 +66,7 @@ def org_create(*, name: str, owner: User, slug: str | None = None, tz: str = "UT
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise invalid("timezone", f"{tz!r} is not a known time zone.") from None
+        raise invalid("timezone", f"{inputs.brief(tz)!r} is not a known time zone.") from None
     with transaction.atomic():
         org = Org.objects.create(name=name, slug=slug or _unique_slug(name), timezone=tz, balance_micros=0)
         keystore.data_key_create(str(org.pk))
