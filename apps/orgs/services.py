@@ -8,6 +8,7 @@ import secrets
 import zoneinfo
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -142,6 +143,19 @@ def session_key_mint(*, actor: Actor, label: str = "") -> tuple[AgentKey, str]:
         raise ServiceError("FORBIDDEN", "Only an agent key can mint a session key.")
     root = parent.parent or parent
     with mutation(actor, "mint_session_key") as unit:
+        # The bound on live session keys per parent (SPEC §2), checked under the parent
+        # key's row lock so that concurrent mints cannot both pass it.
+        AgentKey.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True).get()
+        live = AgentKey.objects.live().filter(parent_id=root.pk).count()
+        limit = settings.RETASC_SESSION_KEYS_MAX
+        if live >= limit:
+            raise ServiceError(
+                "SESSION_KEY_CAP",
+                f"This key already has {live} live session keys (limit {limit}); revoke unused ones first.",
+                tell_human="Revoke unused session keys on the Dash's keys page (or raise RETASC_SESSION_KEYS_MAX).",
+                live=live,
+                limit=limit,
+            )
         key, raw = agent_key_mint(
             org=actor.org,
             user=root.user,
