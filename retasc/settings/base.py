@@ -116,7 +116,7 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": database_from_url(DATABASE_URL)}
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    DATA_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)  # and tightened at start-up (apps.core.datadir)
     DATABASES = {"default": sqlite_database(DATA_DIR / "retasc.sqlite3")}
 
 # PostgreSQL: one bounded connection pool per server process. Requests borrow a
