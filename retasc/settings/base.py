@@ -240,7 +240,9 @@ RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECON
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
 
 # MCP at /mcp (apps.mcp). Largest accepted request body; larger ones get HTTP 413.
-RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=64 * 1024)
+# (The ASGI cap, RETASC_MAX_BODY_BYTES, applies first and answers in JSON; this one is
+# the MCP SDK's own, kept at the same size by default.)
+RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", RETASC_MAX_BODY_BYTES, minimum=64 * 1024)
 # Test instances only: answer initialize / ping / tools/list without a key (every tool
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
