@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
+import socket
 from urllib.parse import urlsplit
 
 import pytest
@@ -68,3 +70,35 @@ def test_bodies_within_the_cap_still_work(capped, tworld):
     # An upload larger than the general cap but within its own.
     status, _, raw = _request(capped.base, "PUT", "/api/v1/uploads/bogus", b"x" * (CAP + 10))
     assert status != 413
+
+
+def _answer_before_the_body_ends(base: str, path: str, head: bytes, sent: bytes) -> tuple[int, dict]:
+    """Send the headers and part of a body, never its end; read the answer."""
+    url = urlsplit(base)
+    with socket.create_connection((url.hostname, url.port), timeout=20) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n".encode() + head + b"\r\n")
+        sock.sendall(sent)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+            re.search(rb"content-length: (\d+)", data.lower()).group(1) if b"content-length: " in data.lower() else 1 << 30
+        ):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+
+def test_the_refusal_comes_before_the_server_buffers_the_body(capped):
+    """Daphne used to receive a whole body, then queue all of it in memory, before any app
+    code ran: the answer came only after the last byte. Now it comes while the client is
+    still sending: nothing past the cap is ever buffered."""
+    declared = b"Content-Length: %d\r\n" % (400 * 1024 * 1024)
+    for path in ("/mcp", "/api/v1/issues"):
+        status, body = _answer_before_the_body_ends(capped.base, path, declared, b"[" * 1000)
+        assert (status, body["code"], body["maxBytes"]) == (413, "TOO_LARGE", CAP)
+        chunked = b"Transfer-Encoding: chunked\r\n"
+        part = b"4000\r\n" + b"[" * 0x4000 + b"\r\n"  # 16 KiB chunks, more than the cap, no final chunk
+        status, body = _answer_before_the_body_ends(capped.base, path, chunked, part * 5)
+        assert (status, body["code"]) == (413, "TOO_LARGE")
