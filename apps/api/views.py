@@ -7,6 +7,7 @@ into a DRF view with its OpenAPI description.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import jsonschema
@@ -496,7 +497,9 @@ class AttachmentFile(ApiView):
     def get(self, request, attachment):
         att = attachment_file(actor=request.auth, attachment=attachment)
         response = HttpResponse(att.file, content_type=att.content_type or "application/octet-stream")
-        filename = (att.title or str(att.pk)).replace('"', "").replace("\\", "")
+        # Quotes, backslashes and control characters out: a carriage return stored by an
+        # older release made this header (and so the download) fail for good.
+        filename = re.sub(r'["\\\x00-\x1f\x7f]', "", att.title or "") or str(att.pk)
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         response["X-Content-Type-Options"] = "nosniff"
         response["Cache-Control"] = "private, no-store"

@@ -138,3 +138,14 @@ def test_over_long_list_entries_are_not_echoed(world, owner, unchanged):
         )
     assert r.status_code == 400 and len(r.content) < 300
     assert json.loads(r.content)["message"] == "an entry of labels is longer than 60 characters."
+
+
+def test_a_file_stored_earlier_with_a_carriage_return_in_its_name_downloads(world, owner):
+    ident = create(owner)["identifier"]
+    att_id = put(f"{upload_path(prepare(owner, ident))}?filename=ok.pdf").json()["id"]
+    att = Attachment.objects.get(pk=att_id)
+    att.title = 'bad\r\nname".pdf'  # what an older release stored
+    att.save(update_fields=["title_enc"])
+    r = owner.get(f"/api/v1/attachments/{att_id}/file")
+    assert r.status_code == 200
+    assert r["Content-Disposition"] == 'attachment; filename="badname.pdf"'
