@@ -17,9 +17,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 
 from apps.billing.usage import usage_totals
+from apps.core import inputs
 from apps.core.errors import ServiceError, invalid
 from apps.issues import acceptance as acceptance_rules
-from apps.issues.chain import verify_org
+from apps.issues.chain import check_org_cached
 from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
 from apps.issues.selectors import activity_for_issue, issue_resolve, search_ranked
 from apps.issues.shapes import activity_shape, issue_shapes
@@ -66,10 +67,11 @@ class QueueFilters:
             order=q.get("order", "dispatch") if q.get("order") in ORDERS else "dispatch",
             search=q.get("q", "").strip()[:200],
         )
-        try:
-            f.offset = max(0, int(q.get("offset", 0)))
-        except ValueError:
-            f.offset = 0
+        f.offset = inputs.offset(q.get("offset"))
+        for name in ("q", "project", "status", "runtime", "priority", "lane", "state", "created_from", "created_to"):
+            value = getattr(f, name, None)
+            if isinstance(value, str):
+                inputs.clean(value, name)  # NUL or a lone surrogate: INVALID_ARGUMENT (400)
         return f
 
     def query(self, **override) -> str:
@@ -314,7 +316,7 @@ def issue_page(*, actor: Actor, identifier: str) -> dict:
         }
         for c, e in zip(shape["acceptance"], evidence, strict=False)
     ]
-    broken = verify_org(actor.org)
+    broken = check_org_cached(actor.org).broken  # incremental from the last verified head
     members = list(
         Membership.objects.filter(org_id=actor.org.pk, status=Membership.Status.ACTIVE)
         .select_related("user")

@@ -11,31 +11,14 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from apps.core.errors import invalid
+from apps.core.inputs import MAX_BODY, brief, clean, offset, ref, text  # noqa: F401 (re-exported: the text parsers)
 
 MAX_TITLE = 300
-MAX_BODY = 200_000
 MAX_ITEMS = 50
 _HEX = re.compile(r"^#[0-9a-fA-F]{6}$")
 # Deadlines outside this window are mistakes, not plans.
 _EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 _HORIZON = timedelta(days=366 * 50)
-
-
-def text(value, field: str, *, required: bool = False, limit: int = MAX_BODY, one_line: bool = False) -> str | None:
-    if value is None:
-        if required:
-            raise invalid(field, f"{field} is required.")
-        return None
-    if not isinstance(value, str):
-        raise invalid(field, f"{field} must be text.")
-    value = value.strip()
-    if required and not value:
-        raise invalid(field, f"{field} must not be empty.")
-    if len(value) > limit:
-        raise invalid(field, f"{field} is longer than {limit} characters.")
-    if one_line and "\n" in value:
-        raise invalid(field, f"{field} must be one line.")
-    return value
 
 
 def boolean(value, field: str) -> bool:
@@ -47,6 +30,8 @@ def boolean(value, field: str) -> bool:
 
 
 def priority(value) -> int:
+    if isinstance(value, str) and len(value.strip()) > 3:
+        value = "x"  # never parse a 10,000-digit number
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -80,7 +65,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         try:
             day = parse_date(raw)
         except ValueError:
-            raise invalid("dueAt", f"{raw!r} is not a valid date.") from None
+            raise invalid("dueAt", f"{brief(raw)!r} is not a valid date.") from None
         if day is not None:
             return _end_of_day(day, org_timezone)
         try:
@@ -88,7 +73,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         except ValueError:
             parsed = None
         if parsed is None:
-            raise invalid("dueAt", f"{raw!r} is not a date (2026-12-01), an ISO datetime, or epoch milliseconds.")
+            raise invalid("dueAt", f"{brief(raw)!r} is not a date (2026-12-01), an ISO datetime, or epoch milliseconds.")
         if timezone.is_naive(parsed):
             parsed = parsed.replace(tzinfo=zoneinfo.ZoneInfo(org_timezone))
     else:
@@ -123,7 +108,7 @@ def string_list(value, field: str, *, item_limit: int = 2000) -> list[str]:
             raise invalid(field, f"every entry of {field} must be non-empty text.")
         if len(item) > item_limit:
             raise invalid(field, f"an entry of {field} is longer than {item_limit} characters.")
-        out.append(item.strip())
+        out.append(clean(item, field).strip())
     return out
 
 
@@ -137,7 +122,7 @@ def _evidence_entry(item) -> str | dict:
         raise invalid("evidence", "evidence entries are text or objects.")
     if len(item) > 2000:
         raise invalid("evidence", "an entry of evidence is longer than 2000 characters.")
-    return item.strip()
+    return clean(item, "evidence").strip()
 
 
 def evidence(value, criteria: int) -> list:

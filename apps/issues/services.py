@@ -53,7 +53,7 @@ def _blockers(*, actor: Actor, identifiers) -> list[Issue]:
         try:
             out.append(issue_resolve(actor=actor, identifier=ident))
         except ServiceError:
-            raise invalid("blockedBy", f"blockedBy names {ident}, which does not exist.") from None
+            raise invalid("blockedBy", f"blockedBy names {inputs.brief(ident)}, which does not exist.") from None
     return out
 
 
@@ -63,7 +63,7 @@ def _parent(*, actor: Actor, ref, child: Issue | None = None) -> Issue | None:
     try:
         parent = issue_resolve(actor=actor, identifier=ref)
     except ServiceError:
-        raise invalid("parent", f"parent names {ref}, which does not exist.") from None
+        raise invalid("parent", f"parent names {inputs.brief(ref)}, which does not exist.") from None
     if parent.work:
         raise invalid("parent", f"{parent.identifier} is a work item; a parent must be a container (work:false).")
     seen, node = set(), parent
@@ -299,7 +299,7 @@ def issue_update(
     if awaiting_triage is not UNSET:
         parsed["awaitingTriage"] = inputs.boolean(awaiting_triage, "awaitingTriage")
     if status is not UNSET and status not in Status.values:
-        raise invalid("status", f"Unknown status {status!r}; use one of {', '.join(Status.values)}.")
+        raise invalid("status", f"Unknown status {inputs.brief(status)!r}; use one of {', '.join(Status.values)}.")
     action = "issue_body_edit" if "body" in parsed else "issue_edit"
 
     with mutation(actor, action) as unit:

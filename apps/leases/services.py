@@ -32,7 +32,7 @@ from apps.issues.selectors import issue_resolve, issue_with_people
 from apps.issues.services import author_cannot_review, checkpoint_write
 from apps.issues.shapes import issue_shape, issue_shapes
 from apps.orgs.actor import Actor
-from apps.orgs.models import Org
+from apps.orgs.models import AgentKey, Org
 
 MAX_BATCH = 25
 
@@ -60,14 +60,17 @@ def ready_queryset(*, actor: Actor, project_id: int, now, all_lanes: bool):
     return qs.order_by("dispatch_rank", "created_at", "number")
 
 
-def _live_claims(key_id: int, now) -> int:
-    # Claim.objects.filter(key_id=key_id, ended_at__isnull=True, expires_at__gt=now).count(),
-    # written out: it runs under the project lock on every pull.
+def _live_claims(root_key_id: int, now) -> int:
+    """Live claims held through ``root_key_id`` and every session key minted from it: a
+    session key counts against its parent's cap (SPEC §2). Written out: it runs under
+    the project lock on every pull."""
     expires = Claim._meta.get_field("expires_at").get_db_prep_value(now, connection)
+    keys = AgentKey._meta.db_table
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT COUNT(*) FROM {Claim._meta.db_table} WHERE key_id = %s AND ended_at IS NULL AND expires_at > %s",
-            [key_id, expires],
+            f"SELECT COUNT(*) FROM {Claim._meta.db_table} WHERE ended_at IS NULL AND expires_at > %s"
+            f" AND key_id IN (SELECT id FROM {keys} WHERE id = %s OR parent_id = %s)",
+            [expires, root_key_id, root_key_id],
         )
         return cur.fetchone()[0]
 
@@ -108,11 +111,11 @@ def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool) -> Issue | Non
 
 def _check_cap(actor: Actor, now, wanted: int = 1) -> None:
     cap = actor.org.effective_claim_cap
-    held = _live_claims(actor.key_id, now) if actor.key_id else 0
+    held = _live_claims(actor.limit_key_id, now) if actor.key_id else 0
     if held + wanted > cap:
         raise ServiceError(
             "CLAIM_CAP",
-            f"This key already holds {held} live claims (cap {cap}); finish or release one first.",
+            f"This key and its session keys already hold {held} live claims (cap {cap}); finish or release one first.",
             tell_human=f"This agent key holds {held} claims, its cap of {cap}: it must finish or release one, or an owner raises the claim cap (Dash > Org settings).",
             ask_human=f"I hold my cap of {cap} claims; shall I release one, or can an owner raise the claim cap?",
             held=held,
@@ -315,7 +318,7 @@ def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = Fals
         lock_project_claims(project_id)
         now = timezone.now()
         cap = actor.org.effective_claim_cap
-        room = cap - _live_claims(actor.key_id, now)
+        room = cap - (_live_claims(actor.limit_key_id, now) if actor.key_id else 0)
         if room <= 0:
             _check_cap(actor, now)
         picked = _independent(

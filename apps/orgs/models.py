@@ -19,6 +19,9 @@ class Org(models.Model):
     # The receipt chain's head, advanced only under this row's lock (apps.work.writer).
     activity_seq = models.BigIntegerField(default=0, editable=False)
     chain_head = models.CharField(max_length=64, default="0" * 64, editable=False)
+    # Links are keyed (HMAC under the org's chain key). False only for a chain written
+    # before the chain key, until ``relink_chains`` re-links it once (apps.issues.chain).
+    chain_keyed = models.BooleanField(default=True, editable=False)
     # Metering, advanced in the same locked update as the chain head.
     balance_micros = models.BigIntegerField(default=0)
     monthly_cap_micros = models.BigIntegerField(null=True, blank=True)

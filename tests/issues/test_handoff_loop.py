@@ -173,7 +173,13 @@ def test_tests_green_check(world, unchanged):
     err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: _finish(world.a, "ACME-1", token))
     assert err.message == "The tests_green check of criterion 2 failed: the evidence reports failing tests."
     assert err.details["failedChecks"] == [
-        {"index": 1, "number": 2, "criterion": "suite passes", "check": "tests_green", "reason": "the evidence reports failing tests."}
+        {
+            "index": 1,
+            "number": 2,
+            "criterion": "suite passes",
+            "check": "tests_green",
+            "reason": "the evidence reports failing tests.",
+        }
     ]
     issue_update(actor=world.a, identifier="ACME-1", evidence=["README", "ran it: looks fine"], claim_token=token)
     err = refused(unchanged, "ACCEPTANCE_EVIDENCE_REQUIRED", lambda: _finish(world.a, "ACME-1", token))
