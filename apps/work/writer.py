@@ -32,6 +32,7 @@ from apps.billing.models import LedgerEntry
 from apps.core import chain, events, sql
 from apps.core.errors import ServiceError
 from apps.core.unit import Unit
+from apps.intake import writeback
 from apps.issues.models import Activity
 from apps.issues.ranking import ranks_refresh
 from apps.orgs.actor import Actor
@@ -169,6 +170,9 @@ class Writer:
         sql.insert(LedgerEntry, ledger)
         sql.update(Org, org.pk, updates)
         sql.insert(Activity, [{name: getattr(a, name) for name in _ACTIVITY_COLUMNS} for a in rows])
+        # Closing an issue synced from a connector writes its writeback job in this same
+        # transaction (nothing lost while the worker is down); the job runs after commit.
+        writeback.jobs_for_unit(unit)
 
     def after_commit(self, unit: Unit) -> None:
         if unit.dirty_ranks:

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "apps.mcp",
     "apps.devices",
     "apps.intake",
+    "apps.hooks",
 ]
 
 MIDDLEWARE = [
@@ -235,6 +236,13 @@ RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024
 # Test instances only: answer initialize / ping / tools/list without a key (every tool
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
+
+# Intake (apps.intake, apps.hooks): webhook bodies above this are refused (413) before
+# they are read; writeback retries back off exponentially from the base, up to the cap.
+RETASC_HOOK_MAX_BODY_BYTES = env_int("RETASC_HOOK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+RETASC_WRITEBACK_BACKOFF_SECONDS = env_int("RETASC_WRITEBACK_BACKOFF_SECONDS", 30, minimum=0)
+RETASC_WRITEBACK_BACKOFF_MAX_SECONDS = env_int("RETASC_WRITEBACK_BACKOFF_MAX_SECONDS", 3600, minimum=1)
+RETASC_WRITEBACK_MAX_ATTEMPTS = env_int("RETASC_WRITEBACK_MAX_ATTEMPTS", 12, minimum=1)
 
 LOGGING = {
     "version": 1,
