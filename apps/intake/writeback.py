@@ -69,7 +69,7 @@ def jobs_for_unit(unit) -> int:
     links = SourceIssue.objects.filter(
         issue_id__in=list(closing), upstream_open=True, connector__revoked_at__isnull=True
     ).select_related("issue__project")
-    jobs = []
+    jobs, now = [], timezone.now()
     for link in links:
         if WritebackJob.objects.filter(source=link, state=WritebackJob.State.PENDING).exists():
             continue
@@ -81,6 +81,8 @@ def jobs_for_unit(unit) -> int:
                 source=link,
                 identifier=link.issue.identifier,
                 reason="completed" if status == Status.DONE else "not_planned",
+                created_at=now,
+                next_attempt_at=now,
             )
         )
     if jobs:

@@ -21,3 +21,6 @@ def fake_gitlab():
 @pytest.fixture(autouse=True)
 def _fast_backoff(settings):
     settings.RETASC_WRITEBACK_BACKOFF_SECONDS = 0
+
+
+from tests.mcp.conftest import server_factory  # noqa: E402,F401  (the live Daphne for the end-to-end test)
