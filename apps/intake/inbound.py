@@ -206,10 +206,10 @@ def apply(connector: Connector, up: Upstream) -> tuple[str, str | None, str]:
     if up.kind == normalize.COMMENT:
         if link is None:
             return Delivery.Outcome.IGNORED, None, f"#{up.number} is not synced."
-        comment = issue_services.comment_create(
+        issue_services.comment_create(
             actor=_placeholder(connector, up.author), issue=link.issue.identifier, body=up.comment or "(empty comment)"
         )
-        return Delivery.Outcome.APPLIED, link.issue.identifier, f"comment {comment.pk} from {up.author}"
+        return Delivery.Outcome.APPLIED, link.issue.identifier, f"comment from {up.author}"
     if link is None:
         if not up.open or up.action == "closed":
             return Delivery.Outcome.IGNORED, None, f"#{up.number} is closed upstream and was never synced."
