@@ -85,7 +85,7 @@ def test_deliver_triage_claim_finish_and_close_at_source(server_factory, tworld,
         asyncio.run(agent_works_it())
 
         deadline = time.monotonic() + 30  # the in-process runner, woken after commit
-        while fake.issue("octocat/Hello-World", 1347)["state"] != "closed" and time.monotonic() < deadline:
+        while not WritebackJob.objects.filter(state="done").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         upstream = fake.issue("octocat/Hello-World", 1347)
         assert (upstream["state"], upstream["state_reason"]) == ("closed", "completed"), server.log()
