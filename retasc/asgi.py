@@ -21,9 +21,10 @@ from apps.core.keystore import check_master_key  # noqa: E402
 
 check_master_key()  # a wrong master key stops start-up with one sentence
 
-from retasc.jobs import start_inprocess_jobs  # noqa: E402
+from retasc.jobs import install_waker, start_inprocess_jobs  # noqa: E402
 
 start_inprocess_jobs()
+install_waker()
 
 from django.conf import settings  # noqa: E402
 

@@ -9,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
 app = Celery("retasc")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["apps.leases", "apps.issues"])
+app.autodiscover_tasks(["apps.leases", "apps.issues", "apps.intake"])
 
 
 @app.on_after_configure.connect
@@ -19,3 +19,4 @@ def setup_periodic_tasks(sender, **kwargs):
     # swallowed by the signal (beat then runs with an empty schedule).
     sender.add_periodic_task(every, sender.signature("apps.leases.tasks.reclaim_expired_task"), name="reclaim expired leases")
     sender.add_periodic_task(every, sender.signature("apps.issues.tasks.sla_escalate_task"), name="SLA escalation")
+    sender.add_periodic_task(every, sender.signature("apps.intake.tasks.writeback_task"), name="connector writeback")

@@ -14,15 +14,27 @@ import threading
 from django.conf import settings
 from django.db import close_old_connections
 
+from apps.intake import writeback
+from apps.intake.tasks import writeback_task
 from apps.issues.ranking import sla_escalate
 from apps.leases.services import reclaim_expired
 
 log = logging.getLogger(__name__)
 _started = threading.Event()
+_wake = threading.Event()
 
 
 def run_once() -> dict:
-    return {"reclaimed": reclaim_expired(), "escalated": sla_escalate()}
+    return {"reclaimed": reclaim_expired(), "escalated": sla_escalate(), "writebacks": writeback.writeback_run()}
+
+
+def install_waker() -> None:
+    """After an action commits a writeback job, wake the worker now instead of at the
+    next tick: the in-process runner (embedded) or a Celery task (scaled)."""
+    if settings.RETASC_INPROCESS_JOBS:
+        writeback.set_waker(_wake.set)
+    elif settings.REDIS_URL:
+        writeback.set_waker(writeback_task.delay)
 
 
 def start_inprocess_jobs() -> bool:
@@ -32,8 +44,9 @@ def start_inprocess_jobs() -> bool:
     interval = settings.RETASC_RECLAIM_INTERVAL_SECONDS
 
     def loop():
-        stop = threading.Event()
-        while not stop.wait(interval):
+        while True:
+            _wake.wait(interval)
+            _wake.clear()
             try:
                 run_once()
             except Exception:

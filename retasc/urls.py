@@ -18,6 +18,7 @@ urlpatterns = [
     path(
         ".well-known/mcp.json", well_known_mcp, name="mcp-well-known"
     ),  # /api/v1/, /api/schema/, /api/docs/; JSON 404 for the rest of /api/
+    path("hooks/", include("apps.hooks.urls")),  # inbound webhooks (signature-verified, no session)
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("device/", device_view, name="device"),

@@ -57,6 +57,13 @@ ARGS: dict[str, dict] = {
     "color": {"type": "string", "pattern": "^#[0-9a-fA-F]{6}$"},
     "url": {"type": "string", "maxLength": 2000, "format": "uri"},
     "reason": _SHORT,
+    "provider": {"type": "string", "enum": ["github", "gitlab"]},
+    "project": {"type": "string", "maxLength": 10, "description": "A project prefix."},
+    "repo": {"type": "string", "maxLength": 255, "description": "OWNER/NAME (GitLab: the full path)."},
+    "token": {"type": "string", "maxLength": 500, "description": "The provider token writeback uses (sealed at rest)."},
+    "apiUrl": {"type": "string", "maxLength": 500, "description": "The provider's API base URL (default: its public API)."},
+    "prSync": {"type": "boolean", "description": "A merged PR naming an issue marks it done."},
+    "accept": {"type": "boolean", "description": "true: sign off; false: reject (cancel) with a reason."},
 }
 # Query-string arguments (always strings on the wire; the services parse them).
 QUERY_ARGS: dict[str, dict] = {
@@ -273,6 +280,11 @@ COMPONENTS = {
     },
     "ProjectList": _list_of("projects", ref("Project")),
     "ConnectorList": _list_of("connectors", {"type": "object"}),
+    "ConnectorCreated": {
+        "type": "object",
+        "required": ["connectorId", "webhookUrl", "secret"],
+        "properties": {"connectorId": {"type": "string"}, "webhookUrl": {"type": "string"}, "secret": {"type": "string"}},
+    },
     "SessionKey": {
         "type": "object",
         "required": ["agentKey", "label"],

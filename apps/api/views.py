@@ -252,6 +252,20 @@ ROUTES: dict[str, tuple[str, dict[str, Op]]] = {
             ),
         },
     ),
+    "issues/<str:identifier>/triage": (
+        "IssueTriage",
+        {
+            "post": Op(
+                "triage_issue",
+                "triage_issue",
+                "A person signs off (or rejects) an issue awaiting triage; agent keys are refused.",
+                path=_ID,
+                body=("accept", "reason"),
+                required=("accept",),
+                response="Issue",
+            )
+        },
+    ),
     "issues/<str:identifier>/activity": (
         "IssueActivity",
         {"get": Op("get_activity", "get_activity", "The issue's receipts.", path=_ID, response="Activity")},
@@ -471,7 +485,29 @@ ROUTES: dict[str, tuple[str, dict[str, Op]]] = {
     ),
     "connectors": (
         "Connectors",
-        {"get": Op("list_connectors", "list_connectors", "Intake connectors.", response="ConnectorList")},
+        {
+            "get": Op("list_connectors", "list_connectors", "Intake connectors.", response="ConnectorList"),
+            "post": Op(
+                "add_connector",
+                "add_connector",
+                "Owner: connect a GitHub/GitLab repository to a project (the secret is shown once).",
+                body=("provider", "project", "repo", "token", "apiUrl", "prSync"),
+                required=("provider", "project", "repo"),
+                status=201,
+                response="ConnectorCreated",
+            ),
+        },
+    ),
+    "connectors/<str:connector>": (
+        "ConnectorDetail",
+        {
+            "get": Op(
+                "get_connector",
+                "get_connector",
+                "A connector with its delivery log and writebacks.",
+                path={"connector": "connectorId"},
+            )
+        },
     ),
     "connectors/<str:connector>/revoke": (
         "ConnectorRevoke",

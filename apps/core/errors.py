@@ -7,6 +7,7 @@ HTTP_STATUS = {
     "UNAUTHORIZED": 401,
     "FORBIDDEN": 403,
     "NOT_FOUND": 404,
+    "GONE": 410,
     "INVALID_ARGUMENT": 400,
     "CYCLE": 409,
     "CONFLICT": 409,

@@ -31,6 +31,7 @@ class _Entry:
     issue_id: object
     changes: dict
     identifier: str | None = None
+    origin: str | None = None  # where the issue came from (its loaded ``source``); None: not known
 
 
 @dataclass
@@ -53,7 +54,9 @@ class Unit:
 
     def record(self, verb: str, *, issue=None, changes: dict | None = None) -> None:
         identifier = issue.identifier if hasattr(issue, "identifier") else None
-        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier))
+        # Read only when loaded (a deferred field would cost a query on every action).
+        origin = issue.__dict__.get("source") if hasattr(issue, "pk") else None
+        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier, origin))
 
     def credit(self, amount_micros: int, *, note: str, principal_id=None) -> None:
         """Add credit to the org's balance, in this transaction, with a ledger entry."""

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.dash.views import invite, issues, oauth, org, queue
+from apps.dash.views import connectors, invite, issues, oauth, org, queue
 
 app_name = "dash"
 
@@ -43,6 +43,9 @@ urlpatterns = [
     path("org/keys/new/", org.key_mint, name="key_mint"),
     path("org/keys/<int:key_id>/rotate/", org.key_rotate, name="key_rotate"),
     path("org/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),
+    path("org/connectors/", connectors.connectors, name="connectors"),
+    path("org/connectors/new/", connectors.connector_create, name="connector_create"),
+    path("org/connectors/<str:connector_id>/revoke/", connectors.connector_revoke, name="connector_revoke"),
     path("org/switch/", org.org_switch, name="org_switch"),
     path("invite/<str:code>/", invite.invite, name="invite"),
 ]

@@ -183,8 +183,12 @@ def issue_create(
     awaiting_triage: bool = False,
     source: str = "agent",
     source_ref: str = "",
+    on_created=None,
 ) -> Issue:
-    """Create an issue. ``blockedBy`` or ``noDependency`` is required (SPEC §3)."""
+    """Create an issue. ``blockedBy`` or ``noDependency`` is required (SPEC §3).
+
+    ``on_created(issue)`` runs inside the creating transaction: intake links the upstream
+    issue there, so a concurrent duplicate rolls the whole creation back."""
     title = inputs.text(title, "title", required=True, limit=inputs.MAX_TITLE, one_line=True)
     if work is None:
         raise invalid("work", "work is required: true for a unit an agent executes, false for a container.")
@@ -248,6 +252,8 @@ def issue_create(
         if no_dependency:
             changes["noDependency"] = [None, no_dependency]
         unit.record("created", issue=issue, changes=changes)
+        if on_created is not None:
+            on_created(issue)
     issue.project = target_project
     return issue
 
@@ -275,8 +281,17 @@ def issue_update(
     cancel_reason=UNSET,
     parent=UNSET,
     awaiting_triage=UNSET,
+    unfenced: bool = False,
+    receipt_verb: str | None = None,
 ) -> Issue:
-    """Edit fields and/or move status. Writes to a held issue need its claim token."""
+    """Edit fields and/or move status. Writes to a held issue need its claim token.
+
+    ``unfenced``: the system writing what happened at the issue's source (an upstream
+    edit, close or merge through a connector); the source is the truth, so a live claim
+    does not fence it (a close still ends the claim). Only a system actor may pass it.
+    ``receipt_verb`` names the receipt instead of the default (a triage sign-off)."""
+    if unfenced and (actor.principal_id is not None or actor.key is not None):
+        raise ServiceError("FORBIDDEN", "Only the system writes past a claim.")
     parsed: dict = {}
     if title is not UNSET:
         parsed["title"] = inputs.text(title, "title", required=True, limit=inputs.MAX_TITLE, one_line=True)
@@ -313,7 +328,8 @@ def issue_update(
         repeat = _finished_with(issue=issue, actor=actor, token=claim_token, status=status)
         # A holder repeating its own finish (a retry after a lost answer) is answered with
         # the finished issue, not CLAIM_LOST; its claim is over, so it writes as no holder.
-        claim = None if repeat else claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=False)
+        fenced = not (repeat or unfenced)
+        claim = claim_fence(issue=issue, actor=actor, token=claim_token, now=now, required=False) if fenced else None
         diff: dict = {}
         update_fields: set = set()
 
@@ -399,8 +415,37 @@ def issue_update(
         issue.save(update_fields=sorted(update_fields))
         if {"title", "body"} & diff.keys():
             search_reindex(issue)
-        unit.record(verb, issue=issue, changes=diff)
+        unit.record(receipt_verb or verb, issue=issue, changes=diff)
     return issue
+
+
+def issue_triage(*, actor: Actor, identifier: str, accept, reason=None) -> Issue:
+    """A person signs off an issue awaiting triage (SPEC §9): accept lets it be
+    dispatched; reject cancels it with the reason. Agent keys are refused (FORBIDDEN).
+    The sign-off is one receipt, ``triage_accepted`` or ``triage_rejected``."""
+    if actor.is_agent or actor.principal_id is None:
+        raise ServiceError(
+            "FORBIDDEN",
+            "Only a person can sign off an issue awaiting triage.",
+            tell_human=f"Triage {identifier} in the Dash.",
+        )
+    accept = inputs.boolean(accept, "accept")
+    reason = inputs.text(reason, "reason", limit=2000)
+    if not accept and not reason:
+        raise invalid("reason", "Say why with a reason when rejecting.")
+    issue = issue_resolve(actor=actor, identifier=identifier)
+    if not issue.awaiting_triage:
+        raise ServiceError("CONFLICT", f"{issue.identifier} is not awaiting triage.")
+    if accept:
+        return issue_update(actor=actor, identifier=identifier, awaiting_triage=False, receipt_verb="triage_accepted")
+    return issue_update(
+        actor=actor,
+        identifier=identifier,
+        awaiting_triage=False,
+        status=Status.CANCELED,
+        cancel_reason=reason,
+        receipt_verb="triage_rejected",
+    )
 
 
 def _column(attr: str) -> str:

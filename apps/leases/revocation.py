@@ -85,6 +85,10 @@ def _set_status(*, actor: Actor, member_id, status: str, verb: str) -> dict:
     owner_only(actor)
     with transaction.atomic():
         membership = _member(actor, member_id)
+        if membership.is_placeholder:
+            raise ServiceError(
+                "CONFLICT", f"{membership.user.get_full_name()} is a placeholder for an outside author, not a member."
+            )
         if status != Membership.Status.ACTIVE:
             if membership.user_id == actor.principal_id:
                 raise ServiceError("FORBIDDEN", "You cannot suspend or retire yourself.")

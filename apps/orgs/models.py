@@ -51,11 +51,15 @@ class Membership(models.Model):
         ACTIVE = "active"
         SUSPENDED = "suspended"
         RETIRED = "retired"
+        # Stands for an outside author (an upstream GitHub/GitLab user) so their comments
+        # have an author. Never signs in, never holds keys, never has a lane; a real member
+        # may later claim it (apps.orgs.services.placeholder_get_or_create).
+        PLACEHOLDER = "placeholder"
 
     org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -63,6 +67,10 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.org} ({self.role})"
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self.status == self.Status.PLACEHOLDER
 
 
 class Project(models.Model):

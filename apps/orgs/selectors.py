@@ -38,6 +38,7 @@ def member_shape(m: Membership, live_keys: int = 0) -> dict:
         "name": m.user.get_full_name() or m.user.email,
         "role": m.role,
         "status": m.status,
+        "placeholder": m.status == Membership.Status.PLACEHOLDER,
         "liveKeys": live_keys,
         "joinedAt": iso(m.created_at),
     }
@@ -122,4 +123,6 @@ def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) ->
         membership = members.filter(user__email__iexact=text).first()
     if membership is None:
         raise invalid(field, f"{inputs.brief(text)!r} is not a member of this org.")
+    if field == "assignee" and membership.status == Membership.Status.PLACEHOLDER:
+        raise invalid(field, f"{inputs.brief(text)!r} is a placeholder for an outside author; it has no lane.")
     return membership.user_id

@@ -50,6 +50,42 @@ def user_get_or_create(*, email: str, password: str | None = None, name: str = "
     return user, created
 
 
+PLACEHOLDER_PROVIDERS = ("github", "gitlab", "linear")
+_LOGIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def placeholder_get_or_create(*, org: Org, provider: str, login: str) -> Membership:
+    """The org's placeholder person for an outside author (``provider`` user ``login``).
+
+    One per (org, provider, login), created on first use. The user has an unusable
+    password, is inactive (so no sign-in path accepts it) and a non-deliverable address
+    under the reserved ``.invalid`` domain; the membership's status ``placeholder`` keeps
+    it out of keys, lanes and every "active member" rule.
+    """
+    provider = (provider or "").strip().lower()
+    login = (login or "").strip()
+    if provider not in PLACEHOLDER_PROVIDERS:
+        raise invalid("provider", f"provider is one of {', '.join(PLACEHOLDER_PROVIDERS)}.")
+    if not _LOGIN_RE.fullmatch(login):
+        raise invalid("login", f"{login!r} is not a {provider} user name.")
+    tag = org.pk.hex[:12]
+    username = f"placeholder.{tag}.{provider}.{login.lower()}"
+    email = f"{login.lower()}.{tag}@{provider}.placeholder.invalid"
+    label = {"github": "GitHub", "gitlab": "GitLab", "linear": "Linear"}[provider]
+    with transaction.atomic():
+        user, created = User.objects.get_or_create(
+            username=username,
+            defaults={"email": email, "first_name": f"{login} ({label})"[:150], "is_active": False},
+        )
+        if created:
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+        membership, _ = Membership.objects.get_or_create(
+            org=org, user=user, defaults={"role": Membership.Role.MEMBER, "status": Membership.Status.PLACEHOLDER}
+        )
+    return membership
+
+
 def _unique_slug(name: str) -> str:
     base = slugify(name)[:50] or "org"
     slug, n = base, 1

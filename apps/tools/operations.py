@@ -15,8 +15,9 @@ JSON nulls); clearing a value uses the SPEC's words instead (``assignee: "none"`
 from __future__ import annotations
 
 from apps.billing import selectors as billing_selectors
-from apps.core.errors import invalid, not_found
+from apps.core.errors import invalid
 from apps.core.unit import metered_read
+from apps.intake import connectors
 from apps.issues import inputs
 from apps.issues import services as issue_services
 from apps.issues.selectors import (
@@ -363,13 +364,34 @@ def retire_member(actor: Actor, *, memberId) -> dict:
 
 
 def list_connectors(actor: Actor) -> dict:
-    # Connectors (GitHub / GitLab intake) arrive with the intake app; none exist yet.
+    answer = {"connectors": connectors.connectors_list(actor=actor)}
     metered_read(actor, "list_connectors")
-    return {"connectors": []}
+    return answer
 
 
 def revoke_connector(actor: Actor, *, connectorId) -> dict:
-    raise not_found(f"Connector {connectorId}")
+    return connectors.connector_revoke(actor=actor, connector_id=connectorId)
+
+
+# Not MCP tools: operations the HTTP API (and so the CLI) adds for people.
+NON_TOOL_OPERATIONS = ("add_connector", "get_connector", "triage_issue")
+
+
+def add_connector(actor: Actor, *, provider, project, repo, token=None, apiUrl=None, prSync=None) -> dict:
+    return connectors.connector_create(
+        actor=actor, provider=provider, project=project, repo=repo, token=token, api_url=apiUrl, pr_sync=prSync
+    )
+
+
+def get_connector(actor: Actor, *, connectorId) -> dict:
+    answer = connectors.connector_log(actor=actor, connector_id=connectorId)
+    metered_read(actor, "get_connector")
+    return answer
+
+
+def triage_issue(actor: Actor, *, identifier, accept, reason=None) -> dict:
+    issue = issue_services.issue_triage(actor=actor, identifier=identifier, accept=accept, reason=reason)
+    return _fresh_issue_shape(actor, issue)
 
 
 # --- observability --------------------------------------------------------------------

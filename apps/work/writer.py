@@ -32,6 +32,7 @@ from apps.billing.models import LedgerEntry
 from apps.core import chain, events, sql
 from apps.core.errors import ServiceError
 from apps.core.unit import Unit
+from apps.intake import writeback
 from apps.issues.models import Activity
 from apps.issues.ranking import ranks_refresh
 from apps.orgs.actor import Actor
@@ -188,6 +189,9 @@ class Writer:
         if rows and org.chain_keyed:
             # The head's anchor outside the database (apps.core.chain), after commit.
             unit.after.append(functools.partial(_anchor, org.pk, seq, head))
+        # Closing an issue synced from a connector writes its writeback job in this same
+        # transaction (nothing lost while the worker is down); the job runs after commit.
+        writeback.jobs_for_unit(unit)
 
     def after_commit(self, unit: Unit) -> None:
         if unit.dirty_ranks:

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "apps.mcp",
     "apps.devices",
     "apps.intake",
+    "apps.hooks",
 ]
 
 MIDDLEWARE = [
@@ -249,6 +250,13 @@ RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", Fals
 # MCP authorization (OAuth 2.1) for clients that cannot paste a bearer key. OAuth needs an
 # https public URL (or a loopback one); on a plain-http public host it stays off.
 RETASC_MCP_OAUTH = env_bool("RETASC_MCP_OAUTH", True)
+
+# Intake (apps.intake, apps.hooks): webhook bodies above this are refused (413) before
+# they are read; writeback retries back off exponentially from the base, up to the cap.
+RETASC_HOOK_MAX_BODY_BYTES = env_int("RETASC_HOOK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+RETASC_WRITEBACK_BACKOFF_SECONDS = env_int("RETASC_WRITEBACK_BACKOFF_SECONDS", 30, minimum=0)
+RETASC_WRITEBACK_BACKOFF_MAX_SECONDS = env_int("RETASC_WRITEBACK_BACKOFF_MAX_SECONDS", 3600, minimum=1)
+RETASC_WRITEBACK_MAX_ATTEMPTS = env_int("RETASC_WRITEBACK_MAX_ATTEMPTS", 12, minimum=1)
 
 LOGGING = {
     "version": 1,

@@ -16,7 +16,8 @@ os.environ.setdefault("RETASC_MASTER_KEY", "dGVzdC1vbmx5LW1hc3Rlci1rZXktMzItYnl0
 from retasc.settings.base import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-RETASC_INPROCESS_JOBS = False
+# Off unless a test's live server asks for the in-process runner (RETASC_INPROCESS_JOBS=true).
+RETASC_INPROCESS_JOBS = env_bool("RETASC_INPROCESS_JOBS", False)  # noqa: F405
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
 
 # The static root exists (empty) so WhiteNoise has a directory to serve from; without it

@@ -195,11 +195,14 @@ def issue_assign(request, identifier: str):
 @require_POST
 @dash_view
 def issue_triage(request, identifier: str):
+    accept = field(request, "decision") != "reject"
     return _act(
         request,
         identifier,
-        lambda: issue_services.issue_update(actor=request.actor, identifier=identifier, awaiting_triage=False),
-        _("Signed off: the issue can now be dispatched."),
+        lambda: issue_services.issue_triage(
+            actor=request.actor, identifier=identifier, accept=accept, reason=field(request, "reason") or None
+        ),
+        _("Signed off: the issue can now be dispatched.") if accept else _("Rejected: the issue is canceled."),
     )
 
 
