@@ -23,7 +23,7 @@ from apps.devices.auth import HasHumanActor, IsHuman, PersonalTokenAuthenticatio
 from apps.leases.revocation import key_revoke_as as key_revoke
 from apps.leases.revocation import key_rotate_as as key_rotate
 from apps.orgs.selectors import invites_list, project_shape
-from apps.orgs.services import invite_create, invite_redeem, invite_revoke, org_create
+from apps.orgs.services import invite_create, invite_redeem, invite_revoke, org_create_for
 from apps.orgs.services import key_mint_as as key_mint
 from apps.orgs.services import project_create_as as project_create
 
@@ -127,7 +127,7 @@ class Orgs(UserView):
 
     def post(self, request):
         data = _body(request, ("name",))
-        org = org_create(name=_text(data, "name", required=True, limit=120), owner=request.user)
+        org = org_create_for(user=request.user, name=_text(data, "name", required=True, limit=120))
         return Response({"slug": org.slug, "name": org.name, "role": "owner", "projects": []}, status=201)
 
 

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias
+from apps.orgs.models import AgentKey, CreditGrant, Invite, Membership, Org, Project, ProjectAlias
 
 
 class MembershipInline(admin.TabularInline):
@@ -59,3 +59,11 @@ class ProjectAliasAdmin(admin.ModelAdmin):
     list_display = ["prefix", "project", "org", "created_at"]
     search_fields = ["prefix", "org__slug", "project__prefix"]
     raw_id_fields = ["org", "project"]
+
+
+@admin.register(CreditGrant)
+class CreditGrantAdmin(admin.ModelAdmin):
+    # One row per address that received the new-org credit; it is what makes it once.
+    list_display = ["email", "org", "micros", "created_at"]
+    search_fields = ["email"]
+    readonly_fields = ["email", "user", "org", "micros", "created_at"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from allauth.account.models import EmailAddress
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -9,6 +10,12 @@ from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.formats import iso
 from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Invite, Membership, Org, Project
+
+
+def email_verified(*, user) -> bool:
+    """Whether the account's own e-mail address (the one it is known by) is verified."""
+    email = (getattr(user, "email", "") or "").strip()
+    return bool(email) and EmailAddress.objects.filter(user_id=user.pk, email__iexact=email, verified=True).exists()
 
 
 def whoami(*, actor: Actor) -> dict:

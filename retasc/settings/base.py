@@ -227,6 +227,9 @@ RETASC_RECLAIM_INTERVAL_SECONDS = env_int("RETASC_RECLAIM_INTERVAL_SECONDS", 30,
 # How long `retasc login` waits between polls of the device flow.
 RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECONDS", 5, minimum=1, maximum=60)
 
+# Self-serve org creation (CLI, API): at most this many new orgs per person per hour.
+RETASC_ORG_CREATE_PER_HOUR = env_int("RETASC_ORG_CREATE_PER_HOUR", 5, minimum=1, maximum=1000)
+
 # Billing: meter always; enforce only when asked (hosted). Embedded default: meter only.
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
 

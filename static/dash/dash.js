@@ -76,4 +76,19 @@
       if (target && navigator.clipboard) { navigator.clipboard.writeText(target.textContent.trim()); btn.textContent = "✓"; }
     });
   });
+  // Forms that ask first: <form data-confirm="Question?">. Delegated, so forms swapped
+  // in by htmx ask too; no inline handlers (the Content-Security-Policy forbids them).
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var question = form && form.getAttribute && form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) { ev.preventDefault(); }
+  }, true);
+  // Typed confirmations: <input data-confirm-text="acme"> enables its form's submit
+  // button only once the expected text is typed (the server checks it again).
+  document.querySelectorAll("input[data-confirm-text]").forEach(function (input) {
+    var button = input.form && input.form.querySelector("button[type=submit]");
+    function sync() { if (button) { button.disabled = input.value.trim() !== input.getAttribute("data-confirm-text"); } }
+    input.addEventListener("input", sync);
+    sync();
+  });
 })();

@@ -75,7 +75,10 @@ def test_first_sign_in_bootstraps_an_org(db, client):
 
     from apps.orgs.models import Membership
 
+    from allauth.account.models import EmailAddress
+
     user = get_user_model().objects.create_user(username="new@example.com", email="new@example.com", password="x")
+    EmailAddress.objects.create(user=user, email=user.email, verified=True, primary=True)
     client.force_login(user)
     assert client.get("/queue/").status_code == 200
     membership = Membership.objects.get(user=user)
