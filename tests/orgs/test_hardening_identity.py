@@ -14,7 +14,6 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from apps.accounts.adapter import SocialAccountAdapter
-from apps.billing.models import LedgerEntry
 from apps.devices.models import PersonalToken
 from apps.devices.services import personal_token_mint
 from apps.leases.revocation import member_reactivate, member_retire, member_suspend
@@ -232,12 +231,6 @@ def test_retiring_is_permanent(world):
 
 
 # --- 10. self-serve org creation ----------------------------------------------------------
-
-
-def _credits(user) -> list[int]:
-    return list(
-        LedgerEntry.objects.filter(org__memberships__user=user, note="new org credit").values_list("amount_micros", flat=True)
-    )
 
 
 @override_settings(RETASC_ORG_CREATE_PER_HOUR=3)
