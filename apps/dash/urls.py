@@ -42,5 +42,6 @@ urlpatterns = [
     path("org/keys/<int:key_id>/rotate/", org.key_rotate, name="key_rotate"),
     path("org/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),
     path("org/switch/", org.org_switch, name="org_switch"),
+    path("org/delete/", org.org_delete, name="org_delete"),
     path("invite/<str:code>/", invite.invite, name="invite"),
 ]
