@@ -2,11 +2,13 @@ from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
 
+from apps.accounts.admin_login import admin_login
 from apps.devices.views import device as device_view
 from apps.mcp.views import well_known_mcp
 from retasc.health import health
 
 urlpatterns = [
+    path("admin/login/", admin_login, name="admin-login"),  # throttled like /accounts/ (before admin/)
     path("admin/", admin.site.urls),
     path("api/health", health, name="health"),
     path("api/v1/", include("apps.devices.urls")),  # /api/v1/cli/... and /api/v1/export (before the API catch-all)

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from apps.api.auth import KeyRateThrottle, SessionOrgAuthentication
 from apps.api.views import FirstRenderer
+from apps.core.clientip import request_ip
 from apps.core.errors import invalid
 from apps.core.formats import iso
 from apps.devices import selectors, services
@@ -46,10 +47,15 @@ def _text(data: dict, name: str, *, required: bool = False, limit: int = 200) ->
 
 
 class IpRateThrottle(throttling.SimpleRateThrottle):
-    """Unauthenticated device-flow calls, per client address."""
+    """Unauthenticated device-flow calls, per client address. The address believes
+    X-Forwarded-For only from RETASC_TRUSTED_PROXIES (DRF's own get_ident takes the
+    header from anyone, so a client could name a fresh bucket per request)."""
 
     scope = "cli-device"
     rate = "60/min"
+
+    def get_ident(self, request):
+        return request_ip(request) or "unknown"
 
     def get_cache_key(self, request, view):
         return f"retasc:cli-device:{self.get_ident(request)}"
@@ -81,9 +87,7 @@ class DeviceStart(CliView):
 
     def post(self, request):
         data = _body(request, ("clientName",))
-        device, raw = services.device_start(
-            client_name=_text(data, "clientName", limit=120), client_ip=request.META.get("REMOTE_ADDR")
-        )
+        device, raw = services.device_start(client_name=_text(data, "clientName", limit=120), client_ip=request_ip(request))
         code = services.user_code_display(device.user_code)
         verify = f"{settings.PUBLIC_URL}/device/"
         return Response(

@@ -44,6 +44,11 @@ else:
     MasterKeyRing.parse(RETASC_MASTER_KEY)  # a bad value stops start-up here
 
 PUBLIC_URL = env_str("RETASC_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Proxies whose X-Forwarded-For (and X-Forwarded-Proto) are believed: addresses or
+# networks, comma-separated. Empty (the default): forwarded headers are ignored.
+from apps.core.clientip import parse_proxies  # noqa: E402
+
+RETASC_TRUSTED_PROXIES = parse_proxies(env_list("RETASC_TRUSTED_PROXIES", []))
 ALLOWED_HOSTS = env_list("RETASC_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = [PUBLIC_URL]
 
