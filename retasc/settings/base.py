@@ -247,7 +247,9 @@ RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", Fals
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # Invite codes and upload tokens ride in URL paths; no log line prints them.
+    "filters": {"redact_secrets": {"()": "apps.core.redact.RedactSecrets"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": env_str("RETASC_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
