@@ -68,3 +68,23 @@ def request_ip(request) -> str | None:
     """``client_ip`` of a Django (or DRF) request."""
     meta = request.META
     return client_ip(meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"))
+
+
+class UntrustedForwardedHeaders:
+    """Middleware, first in the stack: a request that did not come from a trusted proxy
+    loses its ``X-Forwarded-For`` and ``X-Forwarded-Proto``, so nothing downstream
+    (Django's HTTPS detection behind ``SECURE_PROXY_SSL_HEADER``, a library's own rate
+    limiter) can be told a made-up client address or scheme."""
+
+    FORWARDED = ("HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_HOST", "HTTP_X_FORWARDED_PORT")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        meta = request.META
+        remote = _address(meta.get("REMOTE_ADDR") or "")
+        if remote is None or not _trusted(remote, settings.RETASC_TRUSTED_PROXIES):
+            for name in self.FORWARDED:
+                meta.pop(name, None)
+        return self.get_response(request)

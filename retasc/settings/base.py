@@ -84,6 +84,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.core.clientip.UntrustedForwardedHeaders",  # first: forwarded headers only from our proxies
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -95,7 +96,21 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "apps.dash.csp.ContentSecurityPolicyMiddleware",
 ]
+
+# --- HTTPS: on when the public URL is https (`manage.py check --deploy` is then clean) --
+# TLS usually ends at a proxy: it says so with X-Forwarded-Proto, believed only from
+# RETASC_TRUSTED_PROXIES (apps.core.clientip.UntrustedForwardedHeaders strips it from
+# anyone else). Without a trusted proxy, run Daphne with TLS itself.
+HTTPS = PUBLIC_URL.startswith("https://")
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("RETASC_SSL_REDIRECT", HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^api/health$"]  # health checks probe the process over plain HTTP
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("RETASC_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RETASC_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("RETASC_HSTS_PRELOAD", HTTPS)
 
 ROOT_URLCONF = "retasc.urls"
 ASGI_APPLICATION = "retasc.asgi.application"

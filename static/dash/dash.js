@@ -3,8 +3,9 @@
  * Each message from /ws/org/ names what changed ({verb, issue, runtime}); this script
  * batches them for 150 ms and fires one `retasc:live` event on <body> with
  * detail.issues (identifiers) and detail.all (true after a reconnect, when events may
- * have been missed). Fragments listen with hx-trigger="retasc:live from:body" and GET
- * themselves again: no content ever travels over the socket.
+ * have been missed). Fragments listen with hx-trigger="retasc:live from:body" (an issue's
+ * own fragment: "retasc:live-issue") and GET themselves again: no content ever travels
+ * over the socket.
  */
 (function () {
   "use strict";
@@ -22,6 +23,13 @@
     var issues = [];
     events.forEach(function (e) { if (e.issue && issues.indexOf(e.issue) < 0) { issues.push(e.issue); } });
     body.dispatchEvent(new CustomEvent("retasc:live", { detail: { events: events, issues: issues, all: !!all } }));
+    // An issue's own fragment (data-live-issue="ACME-12") hears only about itself. Done
+    // here, not in an hx-trigger filter: htmx evaluates filters, and the CSP allows no eval.
+    document.querySelectorAll("[data-live-issue]").forEach(function (el) {
+      if (all || issues.indexOf(el.getAttribute("data-live-issue")) >= 0) {
+        el.dispatchEvent(new CustomEvent("retasc:live-issue", { detail: { issues: issues, all: !!all } }));
+      }
+    });
   }
   function connect() {
     var proto = location.protocol === "https:" ? "wss://" : "ws://";
