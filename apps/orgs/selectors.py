@@ -29,7 +29,12 @@ def whoami(*, actor: Actor) -> dict:
             "memberId": membership.pk if membership else None,
         },
         "runtime": actor.runtime,
-        "key": {"label": actor.key.label, "prefix": actor.key.prefix, "session": actor.key.parent_id is not None}
+        "key": {
+            "label": actor.key.label,
+            "prefix": actor.key.prefix,
+            "session": actor.key.parent_id is not None,
+            "admin": actor.key.admin,
+        }
         if actor.key
         else None,
         "org": {"slug": actor.org.slug, "name": actor.org.name},
