@@ -17,6 +17,10 @@ except ImproperlyConfigured as exc:
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 
+from apps.core.redact import redact_daphne_access_log  # noqa: E402
+
+redact_daphne_access_log()  # no invite code or upload token in the access log
+
 from apps.core.keystore import check_master_key  # noqa: E402
 
 check_master_key()  # a wrong master key stops start-up with one sentence

@@ -6,11 +6,13 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic.base import RedirectView
 
+from apps.accounts.admin_login import admin_login
 from apps.devices.views import device as device_view
 from apps.mcp.views import well_known_mcp
 from retasc.health import health
 
 urlpatterns = [
+    path("admin/login/", admin_login, name="admin-login"),  # throttled like /accounts/ (before admin/)
     path("admin/", admin.site.urls),
     path("api/health", health, name="health"),
     path("api/v1/", include("apps.devices.urls")),  # /api/v1/cli/... and /api/v1/export (before the API catch-all)

@@ -1,7 +1,7 @@
 """Shared personas and helpers.
 
 - ``world``: org "acme" (project ACME) with an owner and a member, each with an agent
-  key; org "globex" with its own owner (the outsider).
+  key (the owner's has the admin flag); org "globex" with its own owner (the outsider).
 - ``clock``: a controllable ``timezone.now`` for lease expiry and SLA tests.
 """
 
@@ -34,9 +34,9 @@ def make_org(name: str, prefix: str, owner_email: str):
     return org, project, owner
 
 
-def make_agent(org, user, project, runtime="claude-code", label=""):
+def make_agent(org, user, project, runtime="claude-code", label="", admin=False):
     """An agent actor for ``user`` (authenticated through a real minted key)."""
-    _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=label)
+    _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=label, admin=admin)
     actor = agent_key_authenticate(raw)
     return SimpleNamespace(actor=actor, raw=raw, user=user)
 
@@ -56,7 +56,9 @@ def build_world():
         other_project=other_project,
         outsider=outsider,
     )
-    w.owner_agent = make_agent(org, owner, project)
+    # The owner's key is an admin key, like the operator's bootstrap key (member tools,
+    # export); tests of the flag mint their own plain owner key.
+    w.owner_agent = make_agent(org, owner, project, admin=True)
     w.member_agent = make_agent(org, member, project, runtime="codex")
     w.outsider_agent = make_agent(other, outsider, other_project)
     w.a = w.owner_agent.actor

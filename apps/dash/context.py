@@ -28,10 +28,14 @@ def dash_view(view):
             if getattr(request, "htmx", False):
                 return HttpResponseClientRedirect(resolve_url(settings.LOGIN_URL))
             return redirect_to_login(request.get_full_path())
-        org = current_org(request)
-        if org is None:
-            return redirect("dash:invite", code=request.session[SESSION_INVITE])
-        request.actor = actor_for_human(user=request.user, org=org)
+        try:
+            # An unverified address acts in no org (FORBIDDEN, with how to verify).
+            org = current_org(request)
+            if org is None:
+                return redirect("dash:invite", code=request.session[SESSION_INVITE])
+            request.actor = actor_for_human(user=request.user, org=org)
+        except ServiceError as exc:
+            return error_response(request, exc)
         try:
             timezone.activate(zoneinfo.ZoneInfo(org.timezone))
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):

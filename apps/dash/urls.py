@@ -47,5 +47,6 @@ urlpatterns = [
     path("org/connectors/new/", connectors.connector_create, name="connector_create"),
     path("org/connectors/<str:connector_id>/revoke/", connectors.connector_revoke, name="connector_revoke"),
     path("org/switch/", org.org_switch, name="org_switch"),
+    path("org/delete/", org.org_delete, name="org_delete"),
     path("invite/<str:code>/", invite.invite, name="invite"),
 ]

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from apps.api.auth import KeyRateThrottle, SessionOrgAuthentication
 from apps.api.views import FirstRenderer
+from apps.core.clientip import request_ip
 from apps.core.errors import invalid
 from apps.core.formats import iso
 from apps.devices import selectors, services
@@ -23,7 +24,7 @@ from apps.devices.auth import HasHumanActor, IsHuman, PersonalTokenAuthenticatio
 from apps.leases.revocation import key_revoke_as as key_revoke
 from apps.leases.revocation import key_rotate_as as key_rotate
 from apps.orgs.selectors import invites_list, project_shape
-from apps.orgs.services import invite_create, invite_redeem, invite_revoke, org_create
+from apps.orgs.services import invite_create, invite_redeem, invite_revoke, org_create_for
 from apps.orgs.services import key_mint_as as key_mint
 from apps.orgs.services import project_create_as as project_create
 
@@ -46,10 +47,15 @@ def _text(data: dict, name: str, *, required: bool = False, limit: int = 200) ->
 
 
 class IpRateThrottle(throttling.SimpleRateThrottle):
-    """Unauthenticated device-flow calls, per client address."""
+    """Unauthenticated device-flow calls, per client address. The address believes
+    X-Forwarded-For only from RETASC_TRUSTED_PROXIES (DRF's own get_ident takes the
+    header from anyone, so a client could name a fresh bucket per request)."""
 
     scope = "cli-device"
     rate = "60/min"
+
+    def get_ident(self, request):
+        return request_ip(request) or "unknown"
 
     def get_cache_key(self, request, view):
         return f"retasc:cli-device:{self.get_ident(request)}"
@@ -81,9 +87,7 @@ class DeviceStart(CliView):
 
     def post(self, request):
         data = _body(request, ("clientName",))
-        device, raw = services.device_start(
-            client_name=_text(data, "clientName", limit=120), client_ip=request.META.get("REMOTE_ADDR")
-        )
+        device, raw = services.device_start(client_name=_text(data, "clientName", limit=120), client_ip=request_ip(request))
         code = services.user_code_display(device.user_code)
         verify = f"{settings.PUBLIC_URL}/device/"
         return Response(
@@ -127,7 +131,7 @@ class Orgs(UserView):
 
     def post(self, request):
         data = _body(request, ("name",))
-        org = org_create(name=_text(data, "name", required=True, limit=120), owner=request.user)
+        org = org_create_for(user=request.user, name=_text(data, "name", required=True, limit=120))
         return Response({"slug": org.slug, "name": org.name, "role": "owner", "projects": []}, status=201)
 
 

@@ -44,6 +44,7 @@ def key_shape(key: AgentKey, sessions: int = 0) -> dict:
         "prefix": key.prefix,
         "runtime": key.runtime,
         "label": key.label,
+        "admin": key.admin,
         "project": key.project.prefix,
         "owner": key.user.email,
         "sessions": sessions,

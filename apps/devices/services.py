@@ -194,3 +194,9 @@ def personal_token_authenticate(raw: str) -> PersonalToken:
 def personal_token_revoke(*, token: PersonalToken) -> bool:
     """Revoke a token (``retasc logout``). False when it was already revoked."""
     return PersonalToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()) == 1
+
+
+def personal_tokens_revoke_all(*, user) -> int:
+    """Revoke every live personal token of ``user`` (a password reset, a social takeover).
+    Returns how many were live."""
+    return PersonalToken.objects.filter(user_id=user.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -24,6 +24,7 @@ from apps.issues.models import Activity, Attachment, Checkpoint, Comment, Issue,
 from apps.issues.shapes import issue_shapes
 from apps.orgs.actor import Actor
 from apps.orgs.models import Membership, Project
+from apps.orgs.services import owner_admin_only
 
 FORMATS = ("json", "csv")
 PAGE = 200
@@ -71,6 +72,7 @@ def org_export(*, actor: Actor, format: str = "json") -> Export:
         raise invalid("format", "format is json or csv.")
     if not actor.is_owner:
         raise ServiceError("FORBIDDEN", "Only an org owner can export the org.", tell_human="Ask an owner of the org.")
+    owner_admin_only(actor)  # through an agent key, only an admin key exports
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"retasc-{actor.org.slug}-{stamp}.{fmt}"
     if fmt == "csv":

@@ -3,7 +3,10 @@ from django.template.response import TemplateResponse
 
 from apps.core.unit import mutation
 from apps.issues.models import Activity, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation
+from apps.issues.services import org_delete
 from apps.orgs.actor import Actor
+from apps.orgs.admin import OrgAdmin
+from apps.orgs.models import Org
 
 # Content is encrypted; the admin shows metadata only, never ciphertext or plaintext.
 _SEALED = ["title_enc", "body_enc", "acceptance_enc", "evidence_enc", "cancel_reason_enc", "no_dependency_enc"]
@@ -137,3 +140,44 @@ class ClaimAdmin(admin.ModelAdmin):
     exclude = ["token_hash"]
     raw_id_fields = ["issue", "principal", "key", "org"]
     readonly_fields = ["created_at", "expires_at", "last_heartbeat_at", "ended_at", "end_reason"]
+
+
+# --- deleting an org (crypto-shred), for staff ------------------------------------------
+# The org admin lives in apps.orgs, which cannot reach org_delete (it needs the issues it
+# deletes); so the org admin is completed here, one layer up.
+
+
+@admin.action(description="Delete org and crypto-shred its content (typed confirmation)", permissions=["change"])
+def shred_orgs(modeladmin, request, queryset):
+    """Staff delete orgs for good: each org's data key is destroyed after commit. The
+    first POST shows what will go and asks to type the slugs; the second deletes."""
+    orgs = list(queryset.order_by("slug"))
+    expected = " ".join(o.slug for o in orgs)
+    typed = " ".join((request.POST.get("confirm") or "").split())
+    if request.POST.get("shred") and typed == expected:
+        for org in orgs:
+            org_delete(org=org)
+        modeladmin.message_user(request, f"Deleted and crypto-shredded: {expected}.")
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Delete orgs and crypto-shred their content",
+        "orgs": orgs,
+        "expected": expected,
+        "wrong": bool(request.POST.get("shred")),
+        "opts": modeladmin.model._meta,
+        "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+    }
+    return TemplateResponse(request, "admin/orgs/shred_confirm.html", context)
+
+
+class ShreddingOrgAdmin(OrgAdmin):
+    actions = [shred_orgs]
+
+    def has_delete_permission(self, request, obj=None):
+        # A plain delete would leave the data key behind: only the shred action deletes.
+        return False
+
+
+admin.site.unregister(Org)
+admin.site.register(Org, ShreddingOrgAdmin)

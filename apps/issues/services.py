@@ -30,6 +30,7 @@ from apps.issues.selectors import active_member, issue_resolve, project_resolve
 from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Membership, Org, Project
 from apps.orgs.selectors import human_resolve
+from apps.orgs.services import owner_only
 
 UNSET = object()
 
@@ -852,3 +853,17 @@ def org_delete(*, org: Org) -> None:
         Issue.objects.filter(org_id=org.pk, parent__isnull=False).update(parent=None)
         org.delete()
         transaction.on_commit(lambda: keystore.data_key_destroy(org_ref))
+
+
+def org_delete_as(*, actor: Actor, confirmation: str) -> str:
+    """An owner deletes their org from the Dash, typing its slug to confirm. Returns the
+    slug. Only a person in the browser (no agent key, however admin): the one action
+    that cannot be undone is never one call away from an agent."""
+    owner_only(actor)
+    if actor.key is not None:
+        raise ServiceError("FORBIDDEN", "An org is deleted by an owner in the Dash, not with an agent key.")
+    org = actor.org
+    if (confirmation or "").strip() != org.slug:
+        raise invalid("confirm", f"Type the org's slug, {org.slug}, to delete it.")
+    org_delete(org=org)
+    return org.slug

@@ -18,7 +18,7 @@ from apps.leases.services import claims_end_for_keys
 from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Membership
 from apps.orgs.selectors import human_resolve
-from apps.orgs.services import agent_key_mint, owner_only
+from apps.orgs.services import agent_key_mint, owner_admin_only
 
 # --- keys ------------------------------------------------------------------------------
 
@@ -35,7 +35,9 @@ def agent_key_revoke(*, key: AgentKey) -> None:
 def agent_key_rotate(*, key: AgentKey) -> tuple[AgentKey, str]:
     """A new secret with the same owner, project, runtime and label; the old stops working."""
     with transaction.atomic():
-        new_key, raw = agent_key_mint(org=key.org, user=key.user, project=key.project, runtime=key.runtime, label=key.label)
+        new_key, raw = agent_key_mint(
+            org=key.org, user=key.user, project=key.project, runtime=key.runtime, label=key.label, admin=key.admin
+        )
         agent_key_revoke(key=key)
     return new_key, raw
 
@@ -82,13 +84,17 @@ def _retire_keys(actor: Actor, membership: Membership) -> int:
 
 
 def _set_status(*, actor: Actor, member_id, status: str, verb: str) -> dict:
-    owner_only(actor)
+    owner_admin_only(actor)
     with transaction.atomic():
         membership = _member(actor, member_id)
         if membership.is_placeholder:
             raise ServiceError(
                 "CONFLICT", f"{membership.user.get_full_name()} is a placeholder for an outside author, not a member."
             )
+        if membership.status == Membership.Status.RETIRED and status != Membership.Status.RETIRED:
+            # Retiring is permanent (SPEC §2): a retired person comes back only through a
+            # new invite to a new account, never by reactivation or suspension.
+            raise ServiceError("CONFLICT", f"{membership.user.email} is retired; retiring is permanent.")
         if status != Membership.Status.ACTIVE:
             if membership.user_id == actor.principal_id:
                 raise ServiceError("FORBIDDEN", "You cannot suspend or retire yourself.")

@@ -1,6 +1,17 @@
 from django.contrib import admin
 
-from apps.orgs.models import AgentKey, Invite, Membership, OAuthClient, OAuthCode, OAuthGrant, Org, Project, ProjectAlias
+from apps.orgs.models import (
+    AgentKey,
+    CreditGrant,
+    Invite,
+    Membership,
+    OAuthClient,
+    OAuthCode,
+    OAuthGrant,
+    Org,
+    Project,
+    ProjectAlias,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -82,3 +93,11 @@ class OAuthCodeAdmin(admin.ModelAdmin):
     list_display = ["client", "user", "org", "project", "created_at", "expires_at", "used_at"]
     exclude = ["code_hash", "code_challenge"]
     readonly_fields = ["client", "user", "org", "project", "redirect_uri", "created_at", "expires_at", "used_at"]
+
+
+@admin.register(CreditGrant)
+class CreditGrantAdmin(admin.ModelAdmin):
+    # One row per address that received the new-org credit; it is what makes it once.
+    list_display = ["email", "org", "micros", "created_at"]
+    search_fields = ["email"]
+    readonly_fields = ["email", "user", "org", "micros", "created_at"]

@@ -29,6 +29,10 @@ class Org(models.Model):
     spend_month_micros = models.BigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Who created it (self-serve creation is throttled per person); None for operators.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
 
     def __str__(self) -> str:
         return self.slug
@@ -110,6 +114,10 @@ class AgentKey(models.Model):
     # Set only for a key issued as an OAuth access token: it stops working then, and the
     # client renews it with its refresh token (apps.orgs.oauth).
     expires_at = models.DateTimeField(null=True, blank=True)
+    # Owner keys act with their owner's role, but the member tools (suspend, reactivate,
+    # retire) and the export also need this flag: off for minted keys, on for the
+    # operator's bootstrap key. Session keys and rotations carry their parent's.
+    admin = models.BooleanField(default=False, help_text="May use the member tools and export (when its owner is an org owner).")
 
     objects = AgentKeyQuerySet.as_manager()
 
@@ -214,3 +222,18 @@ class OAuthGrant(models.Model):
 
     def __str__(self) -> str:
         return f"grant of {self.client_id} -> key {self.key_id}"
+
+
+class CreditGrant(models.Model):
+    """The new-org credit, granted once per verified person: one row per e-mail address,
+    ever. The unique address is what makes it once, even under concurrent creation; the
+    row outlives the org and the account, so deleting and signing up again earns nothing."""
+
+    email = models.CharField(max_length=254, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    org = models.ForeignKey(Org, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    micros = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.email}: {self.micros}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from allauth.account.models import EmailAddress
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -10,6 +11,12 @@ from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.formats import iso
 from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Invite, Membership, Org, Project
+
+
+def email_verified(*, user) -> bool:
+    """Whether the account's own e-mail address (the one it is known by) is verified."""
+    email = (getattr(user, "email", "") or "").strip()
+    return bool(email) and EmailAddress.objects.filter(user_id=user.pk, email__iexact=email, verified=True).exists()
 
 
 def whoami(*, actor: Actor) -> dict:
@@ -23,7 +30,12 @@ def whoami(*, actor: Actor) -> dict:
             "memberId": membership.pk if membership else None,
         },
         "runtime": actor.runtime,
-        "key": {"label": actor.key.label, "prefix": actor.key.prefix, "session": actor.key.parent_id is not None}
+        "key": {
+            "label": actor.key.label,
+            "prefix": actor.key.prefix,
+            "session": actor.key.parent_id is not None,
+            "admin": actor.key.admin,
+        }
         if actor.key
         else None,
         "org": {"slug": actor.org.slug, "name": actor.org.name},

@@ -8,6 +8,7 @@ import secrets
 import zoneinfo
 from datetime import timedelta
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
@@ -18,7 +19,8 @@ from apps.core import inputs, keystore, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import mutation
 from apps.orgs.actor import Actor
-from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias
+from apps.orgs.models import AgentKey, CreditGrant, Invite, Membership, Org, Project, ProjectAlias
+from apps.orgs.selectors import email_verified
 
 User = get_user_model()
 
@@ -39,6 +41,10 @@ def user_get_or_create(*, email: str, password: str | None = None, name: str = "
         raise invalid("email", f"{inputs.brief(email)!r} is not an e-mail address.")
     user, created = User.objects.get_or_create(username=email, defaults={"email": email, "first_name": name[:150]})
     if created:
+        # The operator names the address and creates the account: they vouch for it. An
+        # account that already existed (someone signed up with that address) is left
+        # as it is: it acts in an org only once its owner verifies the address.
+        EmailAddress.objects.get_or_create(user=user, email=email, defaults={"verified": True, "primary": True})
         if password:
             user.set_password(password)
         else:
@@ -95,8 +101,32 @@ def _unique_slug(name: str) -> str:
     return slug
 
 
-def org_create(*, name: str, owner: User, slug: str | None = None, tz: str = "UTC") -> Org:
-    """Create an org with its data key, its owner, and the new-org credit."""
+def require_verified(user: User) -> None:
+    """An account acts in an org only with a verified e-mail address (SPEC §2): else
+    anyone could sign up as a future colleague's address and wait to be added."""
+    if not email_verified(user=user):
+        raise ServiceError(
+            "FORBIDDEN",
+            f"Verify your e-mail address {user.email} before acting in an org.",
+            tell_human="Open the link in the confirmation e-mail, or send a new one from /accounts/email/.",
+        )
+
+
+def _grant_new_org_credit(*, org: Org, owner: User) -> int:
+    """The new-org credit, once per verified person (one CreditGrant row per address);
+    the unique address decides, so two concurrent creations cannot both earn it."""
+    try:
+        with transaction.atomic():
+            CreditGrant.objects.create(email=owner.email.strip().lower(), user=owner, org=org, micros=NEW_ORG_CREDIT_MICROS)
+    except IntegrityError:
+        return 0
+    return NEW_ORG_CREDIT_MICROS
+
+
+def org_create(*, name: str, owner: User, slug: str | None = None, tz: str = "UTC", created_by: User | None = None) -> Org:
+    """Create an org with its data key and its owner; the first org of a verified person
+    also gets the new-org credit."""
+    require_verified(owner)
     name = (name or "").strip()
     if not name or len(name) > 120:
         raise invalid("name", "An org needs a name of 1-120 characters.")
@@ -105,14 +135,32 @@ def org_create(*, name: str, owner: User, slug: str | None = None, tz: str = "UT
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         raise invalid("timezone", f"{inputs.brief(tz)!r} is not a known time zone.") from None
     with transaction.atomic():
-        org = Org.objects.create(name=name, slug=slug or _unique_slug(name), timezone=tz, balance_micros=0)
+        org = Org.objects.create(name=name, slug=slug or _unique_slug(name), timezone=tz, balance_micros=0, created_by=created_by)
         keystore.data_key_create(str(org.pk))
         membership = Membership.objects.create(org=org, user=owner, role=Membership.Role.OWNER)
         actor = Actor(org=org, principal_id=owner.pk, key=None, runtime="system", membership=membership)
         with mutation(actor, "org_create", charge=False) as unit:
             unit.record("org_created", changes={"name": [None, name], "slug": [None, org.slug]})
-            unit.credit(NEW_ORG_CREDIT_MICROS, note="new org credit")
+            credit = _grant_new_org_credit(org=org, owner=owner)
+            if credit:
+                unit.credit(credit, note="new org credit")
     return org
+
+
+def org_create_for(*, user: User, name: str) -> Org:
+    """A person creates an org for themselves (self-serve): throttled per person, at most
+    ``RETASC_ORG_CREATE_PER_HOUR`` in any hour. (Counting rows, not a cache: it holds
+    across processes and restarts; two racing calls can overshoot by one, and the credit
+    is once per person whatever the count.)"""
+    require_verified(user)
+    since = timezone.now() - timedelta(hours=1)
+    if Org.objects.filter(created_by=user, created_at__gte=since).count() >= settings.RETASC_ORG_CREATE_PER_HOUR:
+        raise ServiceError(
+            "RATE_LIMITED",
+            f"You created {settings.RETASC_ORG_CREATE_PER_HOUR} orgs in the last hour; try again later.",
+            retryAfterSeconds=3600,
+        )
+    return org_create(name=name, owner=user, created_by=user)
 
 
 def member_add(*, org: Org, user: User, role: str = Membership.Role.MEMBER) -> Membership:
@@ -148,15 +196,24 @@ def _validate_runtime(runtime: str) -> str:
 
 
 def agent_key_mint(
-    *, org: Org, user: User, project: Project, runtime: str, label: str = "", parent: AgentKey | None = None
+    *,
+    org: Org,
+    user: User,
+    project: Project,
+    runtime: str,
+    label: str = "",
+    parent: AgentKey | None = None,
+    admin: bool = False,
 ) -> tuple[AgentKey, str]:
-    """Mint a key; the raw secret is returned once and never stored."""
+    """Mint a key; the raw secret is returned once and never stored. A session key takes
+    its parent's ``admin`` flag (identical access, SPEC §2)."""
     runtime = _validate_runtime(runtime)
     if project.org_id != org.pk:
         raise not_found("Project")
     membership = Membership.objects.filter(org=org, user=user).first()
     if membership is None or membership.status != Membership.Status.ACTIVE:
         raise ServiceError("FORBIDDEN", "Keys can only be minted for active members of the org.")
+    require_verified(user)
     ident = secrets.token_hex(4)
     raw = f"{KEY_PREFIX}{ident}_{secrets.token_urlsafe(32)}"
     key = AgentKey.objects.create(
@@ -168,6 +225,7 @@ def agent_key_mint(
         prefix=f"{KEY_PREFIX}{ident}",
         secret_hash=hash_secret(raw),
         parent=parent,
+        admin=parent.admin if parent is not None else admin,
     )
     return key, raw
 
@@ -216,7 +274,10 @@ def _key_with_holder(secret_hash: str):
     q = connection.ops.quote_name
     query = (
         f"SELECT {sql.columns(AgentKey, 'k')}, {sql.columns(Org, 'o')}, {sql.columns(Project, 'p')},"
-        f" {sql.columns(User, 'u')}, {sql.columns(Membership, 'm')}"
+        f" {sql.columns(User, 'u')}, {sql.columns(Membership, 'm')},"
+        # The holder's own address must be verified (SPEC §2), checked in the same statement.
+        f" EXISTS (SELECT 1 FROM {q(EmailAddress._meta.db_table)} e"
+        f" WHERE e.user_id = k.user_id AND e.verified = %s AND LOWER(e.email) = LOWER(u.email))"
         f" FROM {q(AgentKey._meta.db_table)} k"
         f" JOIN {q(Org._meta.db_table)} o ON o.id = k.org_id"
         f" JOIN {q(Project._meta.db_table)} p ON p.id = k.project_id"
@@ -228,10 +289,11 @@ def _key_with_holder(secret_hash: str):
     )
     with connection.cursor() as cur:
         cur.execute(
-            query, [Membership.Status.ACTIVE.value, secret_hash, connection.ops.adapt_datetimefield_value(timezone.now())]
+            query,
+            [True, Membership.Status.ACTIVE.value, secret_hash, connection.ops.adapt_datetimefield_value(timezone.now())],
         )
         row = cur.fetchone()
-    if row is None:
+    if row is None or not row[-1]:
         return None, None
     parts, at = [], 0
     for model in models_:
@@ -264,6 +326,7 @@ def actor_for_human(*, user: User, org: Org) -> Actor:
     membership = Membership.objects.filter(org=org, user=user, status=Membership.Status.ACTIVE).first()
     if membership is None:
         raise not_found("Org")
+    require_verified(user)
     project = org.projects.order_by("created_at").first()
     return Actor(org=org, principal_id=user.pk, key=None, runtime="dash", project=project, membership=membership)
 
@@ -309,7 +372,10 @@ def bootstrap(
         )
         reused = raw is not None
         if raw is None:
-            _, raw = agent_key_mint(org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)")
+            # The operator's own key: the one key minted with the admin flag.
+            _, raw = agent_key_mint(
+                org=org, user=user, project=project, runtime=runtime, label=f"{runtime} (bootstrap)", admin=True
+            )
     result = {"org": org.slug, "project": project.prefix, "email": user.email, "agentKey": raw, "reused": reused}
     if generated:
         result["password"] = generated
@@ -320,7 +386,7 @@ def _is_bootstrap_key(raw: str, *, org: Org, project: Project, user, runtime: st
     key = AgentKey.objects.live().filter(secret_hash=hash_secret(raw.strip()), parent__isnull=True).first()
     return (
         key is not None
-        and (key.org_id, key.project_id, key.user_id, key.runtime) == (org.pk, project.pk, user.pk, runtime)
+        and (key.org_id, key.project_id, key.user_id, key.runtime, key.admin) == (org.pk, project.pk, user.pk, runtime, True)
         and Membership.objects.filter(org=org, user=user, status=Membership.Status.ACTIVE).exists()
     )
 
@@ -331,6 +397,18 @@ def _is_bootstrap_key(raw: str, *, org: Org, project: Project, user, runtime: st
 def owner_only(actor: Actor) -> None:
     if not actor.is_owner:
         raise ServiceError("FORBIDDEN", "Only an org owner can do that.", tell_human="Ask an owner of the org.")
+
+
+def owner_admin_only(actor: Actor) -> None:
+    """Owners only; through an agent key, only a key with the ``admin`` flag (the member
+    tools and the export). A human in the browser or the CLI acts with their own role."""
+    owner_only(actor)
+    if actor.key is not None and not actor.key.admin:
+        raise ServiceError(
+            "FORBIDDEN",
+            "This agent key is not an admin key; the member tools and the export need one.",
+            tell_human="Do it in the Dash or with the retasc CLI, or use the operator's admin key.",
+        )
 
 
 # --- invites ----------------------------------------------------------------------------
@@ -384,6 +462,7 @@ def invite_redeem(*, code: str, user: User) -> Membership:
     bad = ServiceError("NOT_FOUND", "That invite code is not valid (unknown, used, revoked or expired).")
     if not isinstance(code, str) or not code.startswith(INVITE_PREFIX) or len(code) > 100:
         raise bad
+    require_verified(user)  # checked before the code is used up
     now = timezone.now()
     invite = Invite.objects.select_related("org").filter(code_hash=hash_secret(code.strip())).first()
     if invite is None or invite.org.deleted_at is not None:
@@ -409,6 +488,7 @@ def org_bootstrap_for_user(*, user: User) -> Org:
     membership = Membership.objects.filter(user=user, status=Membership.Status.ACTIVE).select_related("org").first()
     if membership is not None:
         return membership.org
+    require_verified(user)
     base = (user.get_full_name() or user.email.split("@")[0] or "My").strip()
     with transaction.atomic():
         org = org_create(name=f"{base}'s org"[:120], owner=user)

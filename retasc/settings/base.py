@@ -44,6 +44,11 @@ else:
     MasterKeyRing.parse(RETASC_MASTER_KEY)  # a bad value stops start-up here
 
 PUBLIC_URL = env_str("RETASC_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+# Proxies whose X-Forwarded-For (and X-Forwarded-Proto) are believed: addresses or
+# networks, comma-separated. Empty (the default): forwarded headers are ignored.
+from apps.core.clientip import parse_proxies  # noqa: E402
+
+RETASC_TRUSTED_PROXIES = parse_proxies(env_list("RETASC_TRUSTED_PROXIES", []))
 ALLOWED_HOSTS = env_list("RETASC_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = [PUBLIC_URL]
 
@@ -80,6 +85,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.core.clientip.UntrustedForwardedHeaders",  # first: forwarded headers only from our proxies
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -91,7 +97,21 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "apps.dash.csp.ContentSecurityPolicyMiddleware",
 ]
+
+# --- HTTPS: on when the public URL is https (`manage.py check --deploy` is then clean) --
+# TLS usually ends at a proxy: it says so with X-Forwarded-Proto, believed only from
+# RETASC_TRUSTED_PROXIES (apps.core.clientip.UntrustedForwardedHeaders strips it from
+# anyone else). Without a trusted proxy, run Daphne with TLS itself.
+HTTPS = PUBLIC_URL.startswith("https://")
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("RETASC_SSL_REDIRECT", HTTPS)
+SECURE_REDIRECT_EXEMPT = [r"^api/health$"]  # health checks probe the process over plain HTTP
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("RETASC_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("RETASC_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("RETASC_HSTS_PRELOAD", HTTPS)
 
 ROOT_URLCONF = "retasc.urls"
 ASGI_APPLICATION = "retasc.asgi.application"
@@ -237,6 +257,9 @@ RETASC_RECLAIM_INTERVAL_SECONDS = env_int("RETASC_RECLAIM_INTERVAL_SECONDS", 30,
 # How long `retasc login` waits between polls of the device flow.
 RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECONDS", 5, minimum=1, maximum=60)
 
+# Self-serve org creation (CLI, API): at most this many new orgs per person per hour.
+RETASC_ORG_CREATE_PER_HOUR = env_int("RETASC_ORG_CREATE_PER_HOUR", 5, minimum=1, maximum=1000)
+
 # Billing: meter always; enforce only when asked (hosted). Embedded default: meter only.
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
 
@@ -261,7 +284,9 @@ RETASC_WRITEBACK_MAX_ATTEMPTS = env_int("RETASC_WRITEBACK_MAX_ATTEMPTS", 12, min
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # Invite codes and upload tokens ride in URL paths; no log line prints them.
+    "filters": {"redact_secrets": {"()": "apps.core.redact.RedactSecrets"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": env_str("RETASC_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }

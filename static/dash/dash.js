@@ -3,8 +3,9 @@
  * Each message from /ws/org/ names what changed ({verb, issue, runtime}); this script
  * batches them for 150 ms and fires one `retasc:live` event on <body> with
  * detail.issues (identifiers) and detail.all (true after a reconnect, when events may
- * have been missed). Fragments listen with hx-trigger="retasc:live from:body" and GET
- * themselves again: no content ever travels over the socket.
+ * have been missed). Fragments listen with hx-trigger="retasc:live from:body" (an issue's
+ * own fragment: "retasc:live-issue") and GET themselves again: no content ever travels
+ * over the socket.
  */
 (function () {
   "use strict";
@@ -22,6 +23,13 @@
     var issues = [];
     events.forEach(function (e) { if (e.issue && issues.indexOf(e.issue) < 0) { issues.push(e.issue); } });
     body.dispatchEvent(new CustomEvent("retasc:live", { detail: { events: events, issues: issues, all: !!all } }));
+    // An issue's own fragment (data-live-issue="ACME-12") hears only about itself. Done
+    // here, not in an hx-trigger filter: htmx evaluates filters, and the CSP allows no eval.
+    document.querySelectorAll("[data-live-issue]").forEach(function (el) {
+      if (all || issues.indexOf(el.getAttribute("data-live-issue")) >= 0) {
+        el.dispatchEvent(new CustomEvent("retasc:live-issue", { detail: { issues: issues, all: !!all } }));
+      }
+    });
   }
   function connect() {
     var proto = location.protocol === "https:" ? "wss://" : "ws://";
@@ -75,5 +83,20 @@
       var target = document.getElementById(btn.getAttribute("data-copy"));
       if (target && navigator.clipboard) { navigator.clipboard.writeText(target.textContent.trim()); btn.textContent = "✓"; }
     });
+  });
+  // Forms that ask first: <form data-confirm="Question?">. Delegated, so forms swapped
+  // in by htmx ask too; no inline handlers (the Content-Security-Policy forbids them).
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var question = form && form.getAttribute && form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) { ev.preventDefault(); }
+  }, true);
+  // Typed confirmations: <input data-confirm-text="acme"> enables its form's submit
+  // button only once the expected text is typed (the server checks it again).
+  document.querySelectorAll("input[data-confirm-text]").forEach(function (input) {
+    var button = input.form && input.form.querySelector("button[type=submit]");
+    function sync() { if (button) { button.disabled = input.value.trim() !== input.getAttribute("data-confirm-text"); } }
+    input.addEventListener("input", sync);
+    sync();
   });
 })();

@@ -57,7 +57,16 @@ def test_social_providers_only_when_configured(monkeypatch, tmp_path):
         config.social_providers()
 
 
-def test_sign_up_uses_lowercased_email_as_username_and_bootstraps_an_org(db):
+def confirm_email_from_outbox(client, mailbox, address):
+    """Open the confirmation link allauth mailed to ``address`` (what the person does)."""
+    import re
+
+    mail = [m for m in mailbox if address in m.to][-1]
+    link = re.search(r"https?://[^/\s]+(/accounts/confirm-email/[^\s]+/)", mail.body).group(1)
+    assert client.post(link).status_code == 302
+
+
+def test_sign_up_uses_lowercased_email_as_username_and_bootstraps_an_org_once_verified(db, mailoutbox):
     client = Client()
     response = client.post(
         "/accounts/signup/", {"email": "New.Person@Example.COM", "password1": "a-long-pass-123", "password2": "a-long-pass-123"}
@@ -67,11 +76,16 @@ def test_sign_up_uses_lowercased_email_as_username_and_bootstraps_an_org(db):
 
     user = get_user_model().objects.get(email="new.person@example.com")
     assert user.username == "new.person@example.com"
-    assert client.get(response["Location"], follow=True).status_code == 200
+    # Unverified: no org yet, and the page says how to verify.
+    page = client.get("/queue/")
+    assert page.status_code == 403 and b"Verify your e-mail address new.person@example.com" in page.content
+    assert not Membership.objects.filter(user=user).exists()
+    confirm_email_from_outbox(client, mailoutbox, "new.person@example.com")
+    assert client.get("/queue/", follow=True).status_code == 200
     assert Membership.objects.get(user=user).role == "owner"
 
 
-def test_invite_sign_up_joins_the_org_instead_of_bootstrapping(world):
+def test_invite_sign_up_joins_the_org_instead_of_bootstrapping(world, mailoutbox):
     _, code = invite_create(actor=world.a, expires_days=2)
     client = Client()
     page = client.get(f"/invite/{code}/")
@@ -80,6 +94,9 @@ def test_invite_sign_up_joins_the_org_instead_of_bootstrapping(world):
         "/accounts/signup/", {"email": "joiner@example.com", "password1": "a-long-pass-123", "password2": "a-long-pass-123"}
     )
     assert client.get("/queue/")["Location"] == f"/invite/{code}/"  # the pending invite comes first
+    refused = client.post(f"/invite/{code}/")  # not before the address is verified; the code is not used up
+    assert refused.status_code == 403 and not Membership.objects.filter(user__email="joiner@example.com").exists()
+    confirm_email_from_outbox(client, mailoutbox, "joiner@example.com")
     joined = client.post(f"/invite/{code}/")
     assert joined.status_code == 302 and joined["Location"] == "/queue/"
     assert list(Membership.objects.filter(user__email="joiner@example.com").values_list("org_id", "role")) == [

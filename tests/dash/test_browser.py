@@ -11,6 +11,7 @@ Skipped, with the reason, when /usr/bin/chromium or the playwright package is mi
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -67,19 +68,43 @@ def page(browser, server):
     context.close()
 
 
-def sign_up(page, email: str, next_url: str | None = None) -> None:
+def sign_up(page, email: str, next_url: str | None = None, server=None) -> None:
+    """Sign up; with ``server``, also confirm the address (an account acts in an org only
+    with a verified address) through the link the server mailed (printed on its console)."""
     page.goto("/accounts/signup/" + (f"?next={next_url}" if next_url else ""))
     page.fill("input[name=email]", email)
     page.fill("input[name=password1]", PASSWORD)
     page.fill("input[name=password2]", PASSWORD)
     page.click("form button[type=submit]")
+    if server is not None:
+        confirm_email(page, server, email)
+
+
+def confirm_email(page, server, email: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        log = server.log()
+        mail = log[log.rfind(f"To: {email}") :] if f"To: {email}" in log else ""
+        links = re.findall(r"https?://[^/\s]+(/accounts/confirm-email/[^\s]+/)", mail)
+        if links:
+            break
+        assert time.monotonic() < deadline, f"no confirmation mail for {email}"
+        time.sleep(0.1)
+    page.goto(links[0])
+    # (the page's form carries a freshly signed key of its own)
+    page.locator('form[action^="/accounts/confirm-email/"]').get_by_role("button", name="Confirm").click()
 
 
 def test_sign_up_project_key_and_a_live_claim(page, server, browser):
     from apps.orgs.models import Membership
 
-    # Sign up: the first sign-in lands on the queue of the person's own new org.
+    # Sign up: until the address is confirmed, no org (the page says how to verify) ...
     sign_up(page, "ada@example.com")
+    page.goto("/queue/")
+    expect(page.locator("#error")).to_contain_text("Verify your e-mail address ada@example.com")
+    assert not Membership.objects.filter(user__email="ada@example.com").exists()
+    # ... then the first sign-in lands on the queue of the person's own new org.
+    confirm_email(page, server, "ada@example.com")
     expect(page).to_have_url(re.compile(r"/queue/$"))
     membership = Membership.objects.select_related("org").get(user__email="ada@example.com")
     assert membership.role == "owner" and membership.org.projects.count() == 1
@@ -144,7 +169,7 @@ def test_sign_up_project_key_and_a_live_claim(page, server, browser):
 def test_invite_a_teammate_who_redeems_in_another_browser(page, server, browser):
     from apps.orgs.models import Membership
 
-    sign_up(page, "owner@example.com")
+    sign_up(page, "owner@example.com", server=server)
     expect(page).to_have_url(re.compile(r"/queue/$"))
     owner_org = Membership.objects.get(user__email="owner@example.com").org
 
@@ -161,6 +186,8 @@ def test_invite_a_teammate_who_redeems_in_another_browser(page, server, browser)
     teammate.fill("input[name=password2]", PASSWORD)
     teammate.click("form button[type=submit]")
     expect(teammate).to_have_url(re.compile(r"/invite/rtscinv_"))
+    confirm_email(teammate, server, "grace@example.com")  # joining needs a verified address
+    expect(teammate).to_have_url(re.compile(r"/invite/rtscinv_"))  # the invite waited
     teammate.click("#invite-accept button[type=submit]")
     expect(teammate).to_have_url(re.compile(r"/queue/$"))
     expect(teammate.locator(".alert.success")).to_contain_text(owner_org.name)
@@ -176,7 +203,7 @@ def test_invite_a_teammate_who_redeems_in_another_browser(page, server, browser)
 
 
 def test_language_switch_stays_on_the_page_and_is_remembered(page, server):
-    sign_up(page, "lin@example.com")
+    sign_up(page, "lin@example.com", server=server)
     page.goto("/fleet/")
     page.select_option("#lang-select", "zh-hans")
     expect(page).to_have_url(re.compile(r"/fleet/$"))

@@ -103,11 +103,13 @@ def test_fleet_shows_live_claim_with_runtime(dash):
 
 
 def test_first_sign_in_bootstraps_an_org(db, client):
+    from allauth.account.models import EmailAddress
     from django.contrib.auth import get_user_model
 
     from apps.orgs.models import Membership
 
     user = get_user_model().objects.create_user(username="new@example.com", email="new@example.com", password="x")
+    EmailAddress.objects.create(user=user, email=user.email, verified=True, primary=True)
     client.force_login(user)
     assert client.get("/queue/").status_code == 200
     membership = Membership.objects.get(user=user)

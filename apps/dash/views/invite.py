@@ -39,7 +39,8 @@ def invite(request, code: str):
     try:
         membership = invite_redeem(code=code, user=request.user)
     except ServiceError as exc:
-        request.session.pop(SESSION_INVITE, None)
+        if exc.code != "FORBIDDEN":  # an unverified address keeps the invite for later
+            request.session.pop(SESSION_INVITE, None)
         return render(request, "dash/invite.html", {"code": code, "error": exc}, status=exc.http_status)
     request.session.pop(SESSION_INVITE, None)
     request.session[SESSION_ORG] = str(membership.org_id)

@@ -12,14 +12,15 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from apps.accounts.session import switch_org
+from apps.accounts.session import SESSION_ORG, switch_org
 from apps.core.errors import ServiceError, not_found
 from apps.dash.agent_configs import configs
 from apps.dash.context import dash_view
 from apps.dash.selectors import USAGE_WINDOW, keys_page, member_usage
 from apps.dash.views.common import field, no_store, page_with_error
+from apps.issues.services import org_delete_as
 from apps.leases import revocation
 from apps.orgs import selectors as org_selectors
 from apps.orgs import services as org_services
@@ -212,6 +213,27 @@ def key_revoke(request, key_id: int):
         return page_with_error(request, "dash/keys.html", _keys_context(request), exc)
     messages.success(request, _("Revoked %(prefix)s…; its live claims ended.") % {"prefix": key.prefix})
     return redirect("dash:keys")
+
+
+# --- deleting the org (crypto-shred) -------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@dash_view
+def org_delete(request):
+    """An owner deletes the org, typing its slug to confirm: its data key is destroyed
+    after commit, so its content is unrecoverable, from backups too."""
+    if not request.actor.is_owner:
+        raise org_services.forbidden("Only an org owner can delete the org.")
+    if request.method == "GET":
+        return render(request, "dash/org_delete.html")
+    try:
+        slug = org_delete_as(actor=request.actor, confirmation=field(request, "confirm"))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/org_delete.html", {}, exc)
+    request.session.pop(SESSION_ORG, None)
+    messages.success(request, _("Deleted %(slug)s; its content can no longer be read.") % {"slug": slug})
+    return redirect("dash:home")
 
 
 # --- switching orgs ------------------------------------------------------------------

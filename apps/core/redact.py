@@ -1,0 +1,60 @@
+"""Secrets never reach a log line: invite codes and upload tokens travel in URL paths
+(``/invite/rtscinv_…/``, ``/api/v1/uploads/<token>``), and paths are what access logs
+and Django's "Not Found: <path>" lines print. Both are redacted here:
+
+- ``RedactSecrets``, a logging filter on every handler Retasc configures (settings
+  ``LOGGING``), rewrites any record whose message carries a secret;
+- ``redact_daphne_access_log()`` puts the same rewrite in front of Daphne's access log,
+  which writes to a stream of its own, not through ``logging``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+REDACTED = "[redacted]"
+
+_PATTERNS = (
+    # An upload link's signed token: everything after /uploads/ up to the end of the path.
+    (re.compile(r"(/uploads/)[^\s\"'?#]+"), r"\1" + REDACTED),
+    # Invite codes, agent keys, personal tokens and device codes, wherever they appear.
+    (re.compile(r"\b(rtscinv|rtscpat|rtscdev|rtsc)_[A-Za-z0-9_\-]{4,}"), r"\1_" + REDACTED),
+)
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class RedactSecrets(logging.Filter):
+    """Rewrites a record's message when it carries a secret; never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is the logging module's to report
+            return True
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+def redact_daphne_access_log() -> None:
+    """Daphne's access log (``AccessLogGenerator``) writes ``"GET /path"`` straight to a
+    stream. Its writer is wrapped once, at start-up (retasc/asgi.py, which Daphne imports
+    before it builds the logger), so every entry is redacted before it is written."""
+    from daphne import access  # deferred: only a Daphne process has an access log
+
+    writer = access.AccessLogGenerator.write_entry
+    if getattr(writer, "retasc_redacted", False):
+        return
+
+    def write_entry(self, host, date, request, *args, **kwargs):
+        return writer(self, host, date, redact(request), *args, **kwargs)
+
+    write_entry.retasc_redacted = True
+    access.AccessLogGenerator.write_entry = write_entry
