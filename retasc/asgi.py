@@ -27,10 +27,12 @@ start_inprocess_jobs()
 
 from apps.core.graceful import GracefulHTTP  # noqa: E402
 from apps.mcp.asgi import mcp_application, route_mcp  # noqa: E402
+from apps.ops.asgi import ObservedHTTP  # noqa: E402
 
 # /mcp goes to the MCP server (its own ASGI stack, see apps.mcp.asgi); all else to Django.
 # SIGTERM: requests in flight finish, new ones get 503 UNAVAILABLE (apps.core.graceful).
-http_app = GracefulHTTP(route_mcp(mcp_application(), django_app))
+# Outermost: every answer (a shutdown 503 too) gets a request id and is counted (apps.ops.asgi).
+http_app = ObservedHTTP(GracefulHTTP(route_mcp(mcp_application(), django_app)))
 
 from apps.dash.routing import websocket_application  # noqa: E402
 

@@ -4,11 +4,13 @@ from django.urls import include, path
 
 from apps.devices.views import device as device_view
 from apps.mcp.views import well_known_mcp
+from apps.ops.views import metrics_view
 from retasc.health import health
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/health", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus text, token or loopback only
     path("api/v1/", include("apps.devices.urls")),  # /api/v1/cli/... and /api/v1/export (before the API catch-all)
     path("api/", include("apps.api.urls")),
     path(

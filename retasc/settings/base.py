@@ -10,6 +10,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.core.logs import logging_config
 from retasc import __version__
 from retasc.env import (
     database_from_url,
@@ -74,6 +75,7 @@ INSTALLED_APPS = [
     "apps.mcp",
     "apps.devices",
     "apps.intake",
+    "apps.ops",
 ]
 
 MIDDLEWARE = [
@@ -234,13 +236,16 @@ RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("RETASC_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
-}
+# Logs: one line per record with the request id; "json" for JSON lines. Credentials are
+# masked in every line (apps.core.logs).
+RETASC_LOG_FORMAT = env_str("RETASC_LOG_FORMAT", "text").lower()
+if RETASC_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"RETASC_LOG_FORMAT must be text or json, not {RETASC_LOG_FORMAT!r}.")
+LOGGING = logging_config(fmt=RETASC_LOG_FORMAT, level=env_str("RETASC_LOG_LEVEL", "INFO").upper())
+
+# /metrics (apps.ops): with a token, only "Authorization: Bearer <token>"; without one,
+# only direct loopback clients (a request that came through a proxy never counts).
+RETASC_METRICS_TOKEN = env_str("RETASC_METRICS_TOKEN")
 
 # --- Accounts: django-allauth (e-mail sign-in; GitHub/Google when configured) ---------
 from apps.accounts import config as _accounts  # noqa: E402

@@ -12,4 +12,4 @@ from retasc.settings.base import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 RETASC_INPROCESS_JOBS = False
-LOGGING["root"]["level"] = "WARNING"  # noqa: F405
+LOGGING["root"]["level"] = os.environ.get("RETASC_LOG_LEVEL", "WARNING")  # noqa: F405
