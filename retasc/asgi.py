@@ -27,7 +27,10 @@ start_inprocess_jobs()
 
 from apps.core.graceful import GracefulHTTP  # noqa: E402
 from apps.mcp.asgi import mcp_application, route_mcp  # noqa: E402
+from apps.ops.access import install_masked_access_log  # noqa: E402
 from apps.ops.asgi import ObservedHTTP  # noqa: E402
+
+install_masked_access_log()  # Daphne's own access lines would carry raw paths (apps.ops.access)
 
 # /mcp goes to the MCP server (its own ASGI stack, see apps.mcp.asgi); all else to Django.
 # SIGTERM: requests in flight finish, new ones get 503 UNAVAILABLE (apps.core.graceful).
@@ -35,5 +38,6 @@ from apps.ops.asgi import ObservedHTTP  # noqa: E402
 http_app = ObservedHTTP(GracefulHTTP(route_mcp(mcp_application(), django_app)))
 
 from apps.dash.routing import websocket_application  # noqa: E402
+from retasc import celery  # noqa: E402,F401  (task signals: a task published here carries the request id)
 
 application = ProtocolTypeRouter({"http": http_app, "websocket": websocket_application})

@@ -5,6 +5,7 @@ request into the task's log lines (a task header) and count job runs and failure
 (``apps.core.metrics``).
 """
 
+import logging
 import os
 import time
 
@@ -20,6 +21,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["apps.leases", "apps.issues"])
 
 REQUEST_ID_HEADER = "retasc_request_id"
+log = logging.getLogger("retasc.jobs")
 
 
 @app.on_after_configure.connect
@@ -51,9 +53,12 @@ def job_name(task) -> str:
 
 @task_prerun.connect
 def task_started(task_id=None, task=None, **kwargs):
-    # The publisher's id when there was one; in eager mode the caller's context already
-    # has it; a beat-scheduled run is known by its task id.
-    rid = getattr(task.request, REQUEST_ID_HEADER, None) or logs.request_id.get() or str(task_id)
+    # The publisher's id when there was one (a worker reads it from the message headers;
+    # ``apply(headers=...)`` keeps them apart); in eager mode the caller's context
+    # already has it; a beat-scheduled run is known by its task id.
+    request = task.request
+    carried = getattr(request, REQUEST_ID_HEADER, None) or (getattr(request, "headers", None) or {}).get(REQUEST_ID_HEADER)
+    rid = carried or logs.request_id.get() or str(task_id)
     _running[task_id] = (logs.request_id.set(logs.accept_request_id(rid)), time.perf_counter())
 
 
@@ -64,7 +69,8 @@ def task_finished(task_id=None, task=None, state=None, **kwargs):
     metrics.job_runs.labels(name).inc()
     if state != "SUCCESS":
         metrics.job_failures.labels(name).inc()
-    if started is not None:
-        metrics.job_latency.labels(name).observe(time.perf_counter() - started)
+    elapsed = time.perf_counter() - started if started is not None else 0.0
+    metrics.job_latency.labels(name).observe(elapsed)
+    log.info("job %s %s in %.1fms", name, str(state).lower(), elapsed * 1000)
     if token is not None:
         logs.request_id.reset(token)

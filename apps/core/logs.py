@@ -28,8 +28,8 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 _REDACTIONS = (
     # Credentials Retasc issues: a fixed prefix, then the secret part.
     (re.compile(r"\b(rtsc(?:inv|pat|dev)?_|rtclm_)[A-Za-z0-9_\-]+"), r"\1[redacted]"),
-    # Capability URLs: the path segment is the secret.
-    (re.compile(r"(/uploads/|/invite/)[^/\s?#\"']+"), r"\1[redacted]"),
+    # Capability URLs: the path segment is the secret (a URL pattern's <placeholder> is not).
+    (re.compile(r"(/uploads/|/invite/)(?!<)[^/\s?#\"']+"), r"\1[redacted]"),
     (re.compile(r"(?i)\b(bearer\s+)[^\s\"',]+"), r"\1[redacted]"),
     (re.compile(r"(?i)\b(password\d?|passwd|secret|token|code|key)=[^&\s\"']+"), r"\1=[redacted]"),
     (re.compile(r"(?i)(\"(?:password\d?|secret|token|code|key|claimToken)\"\s*:\s*\")[^\"]*"), r"\1[redacted]"),
@@ -98,6 +98,10 @@ def logging_config(*, fmt: str, level: str) -> dict:
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "retasc"}},
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
+            # Our own loggers carry the level too: a Celery worker resets the root's level
+            # to its --loglevel (WARNING by default).
+            "retasc": {"level": level},
+            "apps": {"level": level},
             "django.db.backends": {"level": "INFO"},
             # Daphne and Twisted log through the root logger too: same format, same masking.
             "django": {"handlers": [], "propagate": True},

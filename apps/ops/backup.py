@@ -43,7 +43,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import django
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
@@ -97,7 +96,7 @@ def pg_tool(name: str) -> str:
 
 def _pg_env() -> dict:
     """libpq variables for pg_dump / pg_restore: the password never goes on a command line."""
-    db = settings.DATABASES["default"]
+    db = connection.settings_dict
     env = {**os.environ, "PGDATABASE": db["NAME"]}
     for key, var in (("HOST", "PGHOST"), ("PORT", "PGPORT"), ("USER", "PGUSER"), ("PASSWORD", "PGPASSWORD")):
         if db.get(key):
@@ -184,7 +183,7 @@ def backup(out: Path) -> dict:
 
 
 def _dump_sqlite(dest: Path) -> tuple[list, list, str]:
-    source = sqlite3.connect(settings.DATABASES["default"]["NAME"], timeout=30)
+    source = sqlite3.connect(connection.settings_dict["NAME"], timeout=30)
     copy = sqlite3.connect(dest)
     try:
         source.backup(copy)  # one step: a consistent copy, writers go on (WAL)
@@ -224,9 +223,9 @@ def restore(archive: Path) -> dict:
             )
         keys = {path.name: path.read_bytes() for path in sorted((work / "keys").glob("*"))}
         _check_keys_open(keys)
+        migrated = _check_database_empty(manifest["migrations"])
         if keystore.has_data_keys():
             raise RestoreRefused("The key store already holds org keys; restore goes only into an empty deployment.")
-        migrated = _check_database_empty(manifest["migrations"])
         tool = pg_tool("pg_restore") if engine() == "postgresql" else ""
         # Everything checked: write the database, then the keys.
         if engine() == "sqlite":
@@ -301,7 +300,7 @@ def _check_keys_open(keys: dict[str, bytes]) -> None:
 
 def _check_database_empty(archived_migrations: list[str]) -> bool:
     """Refuse unless the database is empty. True when it is migrated (but never used)."""
-    if engine() == "sqlite" and not Path(settings.DATABASES["default"]["NAME"]).exists():
+    if engine() == "sqlite" and not Path(connection.settings_dict["NAME"]).exists():
         return False
     with connection.cursor() as cur:
         tables = set(connection.introspection.table_names(cur))
@@ -326,7 +325,7 @@ def _check_database_empty(archived_migrations: list[str]) -> bool:
 def _load_sqlite(dump: Path) -> None:
     connection.close()
     source = sqlite3.connect(dump)
-    target = sqlite3.connect(settings.DATABASES["default"]["NAME"], timeout=30)
+    target = sqlite3.connect(connection.settings_dict["NAME"], timeout=30)
     try:
         source.backup(target)  # replaces the target's pages in one transaction
     finally:
@@ -339,7 +338,7 @@ def _load_postgres(tool: str, dump: Path, *, clean: bool) -> None:
     args = [tool, "--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error"]
     if clean:  # migrated but empty: its (empty) tables are replaced
         args += ["--clean", "--if-exists"]
-    _run([*args, f"--dbname={settings.DATABASES['default']['NAME']}", str(dump)], "pg_restore")
+    _run([*args, f"--dbname={connection.settings_dict['NAME']}", str(dump)], "pg_restore")
 
 
 def _check_heads(expected: list[dict]) -> None:

@@ -167,6 +167,10 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TIMEZONE = "UTC"
+# Workers log through LOGGING (RETASC_LOG_FORMAT, request ids, masking), not Celery's own
+# format; stdout/stderr stay the process's (a redirect would loop LOGGING's handler into itself).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_REDIRECT_STDOUTS = False
 RETASC_INPROCESS_JOBS = env_bool("RETASC_INPROCESS_JOBS", not REDIS_URL)
 
 AUTH_PASSWORD_VALIDATORS = [
