@@ -12,6 +12,7 @@ For every HTTP request, whatever answers it (Django, /mcp, a shutdown 503):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -69,12 +70,18 @@ class ObservedHTTP:
                 message = dict(message, headers=[*headers, (b"x-request-id", rid.encode())])
             await send(message)
 
+        unanswered = 499  # no response started: the client went away (nginx's code for it)
         try:
             await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            unanswered = 500  # Daphne answers 500 for an application that raised
+            raise
         finally:
             elapsed = time.perf_counter() - started
             route, method = route_of(scope.get("path", "")), scope.get("method", "")
-            metrics.http_requests.labels(route, method, str(status or 499)).inc()
+            metrics.http_requests.labels(route, method, str(status or unanswered)).inc()
             metrics.http_latency.labels(route, method).observe(elapsed)
             observe_db_pool()
             log.info("%s %s %s %.1fms", method, route, status or "-", elapsed * 1000)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import httpx2
 import pytest
@@ -16,7 +17,7 @@ from apps.ops.asgi import route_of
 from apps.ops.views import QueueDepth
 from retasc.celery import app as celery_app
 from tests.conftest import new_issue
-from tests.ops.conftest import start_daphne
+from tests.ops.conftest import ROOT, start_daphne
 
 TOKEN = "metrics-token-for-tests-0123456789"
 
@@ -216,3 +217,12 @@ def test_live_servers_share_metrics_in_multiprocess_mode(tworld, tmp_path):
     assert value(text, "retasc_http_request_duration_seconds_count", route="/mcp", method="POST") == 2
     for secret in ("ACME-1", "ACME-404", invite_code, key, TOKEN):
         assert secret not in text
+
+
+@pytest.mark.django_db
+def test_the_grafana_dashboard_charts_only_metrics_that_exist(client):
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "retasc.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    charted = {re.sub(r"_(total|bucket|count|sum)$", "", name) for e in exprs for name in re.findall(r"retasc_[a-z_]+", e)}
+    served = {family.name for family in text_string_to_metric_families(scrape(client))}
+    assert charted and charted <= served, charted - served
