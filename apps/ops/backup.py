@@ -142,7 +142,10 @@ def backup(out: Path) -> dict:
     """Write the archive to ``out`` (created, never overwritten); return the manifest."""
     if out.exists():
         raise BackupError(f"{out.name} already exists; choose a new file name.")
-    with tempfile.TemporaryDirectory(prefix="retasc-backup-") as tmp:
+    if not out.parent.is_dir():
+        raise BackupError(f"{out.parent} is not a directory; create it first.")
+    # Staged beside the archive (the operator chose room for it there), readable by its owner only.
+    with tempfile.TemporaryDirectory(prefix=".retasc-backup-", dir=out.parent) as tmp:
         work = Path(tmp)
         db_member = DB_MEMBER[engine()]
         if engine() == "sqlite":
@@ -167,7 +170,10 @@ def backup(out: Path) -> dict:
             "members": {name: {"sha256": _sha256(work / name), "bytes": (work / name).stat().st_size} for name in members},
         }
         partial = out.with_name(out.name + ".partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # wrapped keys inside: owner only
+        try:
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # wrapped keys inside: owner only
+        except OSError as exc:
+            raise BackupError(f"{out} cannot be written ({exc.strerror}).") from None
         try:
             with os.fdopen(fd, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as tar:
                 data = json.dumps(manifest, indent=1, sort_keys=True).encode()
