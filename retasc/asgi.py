@@ -36,6 +36,10 @@ from apps.core import daphne_cap  # noqa: E402
 from apps.core.bodycap import BodyCap  # noqa: E402
 from apps.core.graceful import GracefulHTTP  # noqa: E402
 from apps.mcp.asgi import mcp_application, route_mcp  # noqa: E402
+from apps.ops.access import install_masked_access_log  # noqa: E402
+from apps.ops.asgi import ObservedHTTP  # noqa: E402
+
+install_masked_access_log()  # Daphne's own access lines would carry raw paths (apps.ops.access)
 
 # Bodies are capped as they arrive, before Daphne buffers them (apps.core.daphne_cap),
 # and again before the app reads them (apps.core.bodycap): JSON 413 everywhere.
@@ -43,14 +47,18 @@ daphne_cap.install(max_bytes=settings.RETASC_MAX_BODY_BYTES, upload_max_bytes=se
 
 # /mcp goes to the MCP server (its own ASGI stack, see apps.mcp.asgi); all else to Django.
 # SIGTERM: requests in flight finish, new ones get 503 UNAVAILABLE (apps.core.graceful).
-http_app = GracefulHTTP(
-    BodyCap(
-        route_mcp(mcp_application(), django_app),
-        max_bytes=settings.RETASC_MAX_BODY_BYTES,
-        upload_max_bytes=settings.RETASC_UPLOAD_MAX_BYTES,
+# Outermost: every answer (a shutdown 503 too) gets a request id and is counted (apps.ops.asgi).
+http_app = ObservedHTTP(
+    GracefulHTTP(
+        BodyCap(
+            route_mcp(mcp_application(), django_app),
+            max_bytes=settings.RETASC_MAX_BODY_BYTES,
+            upload_max_bytes=settings.RETASC_UPLOAD_MAX_BYTES,
+        )
     )
 )
 
 from apps.dash.routing import websocket_application  # noqa: E402
+from retasc import celery  # noqa: E402,F401  (task signals: a task published here carries the request id)
 
 application = ProtocolTypeRouter({"http": http_app, "websocket": websocket_application})

@@ -14,6 +14,7 @@ import threading
 from django.conf import settings
 from django.db import close_old_connections
 
+from apps.core import metrics
 from apps.intake import writeback
 from apps.intake.tasks import writeback_task
 from apps.issues.ranking import sla_escalate
@@ -24,8 +25,22 @@ _started = threading.Event()
 _wake = threading.Event()
 
 
+JOBS = {"reclaim_expired": reclaim_expired, "sla_escalate": sla_escalate, "writeback": writeback.writeback_run}
+
+
 def run_once() -> dict:
-    return {"reclaimed": reclaim_expired(), "escalated": sla_escalate(), "writebacks": writeback.writeback_run()}
+    """Each job once, in order; each counted in /metrics (runs, failures, time). One
+    failing job does not stop the others; the first failure is raised after them."""
+    done, failed = {}, None
+    for name, job in JOBS.items():
+        try:
+            with metrics.job_observed(name):
+                done[name] = job()
+        except Exception as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return {"reclaimed": done.get("reclaim_expired"), "escalated": done.get("sla_escalate"), "writebacks": done.get("writeback")}
 
 
 def install_waker() -> None:

@@ -9,12 +9,14 @@ from django.views.generic.base import RedirectView
 from apps.accounts.admin_login import admin_login
 from apps.devices.views import device as device_view
 from apps.mcp.views import well_known_mcp
+from apps.ops.views import metrics_view
 from retasc.health import health
 
 urlpatterns = [
     path("admin/login/", admin_login, name="admin-login"),  # throttled like /accounts/ (before admin/)
     path("admin/", admin.site.urls),
     path("api/health", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),  # Prometheus text, token or loopback only
     path("api/v1/", include("apps.devices.urls")),  # /api/v1/cli/... and /api/v1/export (before the API catch-all)
     path("api/", include("apps.api.urls")),
     path(

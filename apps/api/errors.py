@@ -14,6 +14,7 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 
+from apps.core import metrics
 from apps.core.errors import ServiceError
 
 UNAUTHORIZED_MESSAGE = "Missing, unknown or revoked agent key."
@@ -41,6 +42,13 @@ def refusal_body(exc: ServiceError) -> dict:
 
 
 def exception_handler(exc, context):
+    response = _render(exc)
+    if response is not None and isinstance(response.data, dict) and "code" in response.data:
+        metrics.refusals.labels("api", response.data["code"]).inc()
+    return response
+
+
+def _render(exc):
     if isinstance(exc, ServiceError):
         return Response(refusal_body(exc), status=exc.http_status)
     if isinstance(exc, (OperationalError, InterfaceError)):

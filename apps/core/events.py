@@ -11,6 +11,8 @@ import time
 
 from asgiref.sync import async_to_sync
 
+from apps.core import metrics
+
 log = logging.getLogger(__name__)
 _last_warning = 0.0
 
@@ -23,6 +25,8 @@ def publish(org_id, events: list[dict]) -> None:
     global _last_warning
     if not events:
         return
+    # Runs after commit for every action that wrote receipts: the place to count them.
+    metrics.count_receipts(e.get("verb") for e in events)
     try:
         from channels.layers import get_channel_layer  # deferred: heavy, and reads CHANNEL_LAYERS on import
 

@@ -150,3 +150,53 @@ def check_master_key() -> None:
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+
+
+# --- Backup and restore (apps.ops) ----------------------------------------------------
+
+CANARY = "canary"
+CHAIN_SECRET = "chain.secret"  # the receipt chain's wrapped secret (apps.core.chain), AAD name "chain"
+
+
+def _stored_names() -> list[str]:
+    return sorted(p.name for p in keystore_dir().glob("*.key"))
+
+
+def has_data_keys() -> bool:
+    """Whether any org's data key is stored (the canary alone does not count)."""
+    return bool(_stored_names())
+
+
+def export_files(dest: Path) -> list[str]:
+    """Copy the canary, the chain secret and every wrapped data key into ``dest``; return
+    their names.
+
+    Under the store lock: a key being destroyed or rewrapped is copied before or after,
+    never half-written. The keys stay wrapped: the master key is not in the copy.
+    """
+    names = []
+    with store_lock():
+        for name in [CANARY, CHAIN_SECRET, *_stored_names()]:
+            try:
+                data = (keystore_dir() / name).read_bytes()
+            except FileNotFoundError:
+                continue
+            (dest / name).write_bytes(data)
+            names.append(name)
+    return names
+
+
+def check_openable(name: str, wrapped: bytes) -> None:
+    """Raise (CryptoConfigError / IntegrityError) unless this ring unwraps the stored ``name``."""
+    ref = {CANARY: CANARY, CHAIN_SECRET: "chain"}.get(name) or name.removesuffix(".key")
+    ring().unwrap(wrapped, org_ref=ref)
+
+
+def import_files(files: dict[str, bytes]) -> None:
+    """Write wrapped keys (and the canary) into the key store, each atomically."""
+    with store_lock():
+        for name, data in files.items():
+            if name not in (CANARY, CHAIN_SECRET) and not name.endswith(".key"):
+                raise ValueError(f"not a key store file: {name!r}")
+            write_atomic(keystore_dir() / name, data)
+    clear_cache()

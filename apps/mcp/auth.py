@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from mcp.server.auth.provider import AccessToken
 
 from apps.core.errors import ServiceError
+from apps.core.metrics import refusals
 from apps.mcp.db import database_turn
 from apps.orgs.services import UNAUTHORIZED, agent_key_authenticate
 
@@ -72,6 +73,7 @@ class UnauthorizedAsJSON:
                 return  # the original 401 body is dropped
             if message["type"] == "http.response.start" and message["status"] == 401:
                 replaced = True
+                refusals.labels("mcp", "UNAUTHORIZED").inc()
                 body = unauthorized_body()
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
                 headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]

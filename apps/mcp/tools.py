@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from apps.core.errors import ServiceError, invalid
+from apps.core.metrics import refusals, tool_calls, tool_latency
 from apps.mcp.db import database_turn
 from apps.orgs.actor import Actor
 from apps.orgs.services import UNAUTHORIZED, agent_key_authenticate
@@ -227,7 +229,23 @@ def actor_from_token() -> Actor:
 
 
 def run_operation(spec: Spec, arguments: dict) -> CallToolResult:
-    """Authenticate, check required arguments, run the operation, render. Runs in a thread."""
+    """Authenticate, check required arguments, run the operation, render. Runs in a thread.
+
+    Counted per tool (``apps.core.metrics``): calls by outcome, time, refusals by code."""
+    started = time.perf_counter()
+    result = _run(spec, arguments)
+    outcome = "ok"
+    if result.is_error:
+        code = (result.structured_content or {}).get("code", "INTERNAL")
+        outcome = "error" if code == "INTERNAL" else "refused"
+        if outcome == "refused":
+            refusals.labels("mcp", code).inc()
+    tool_calls.labels(spec.name, outcome).inc()
+    tool_latency.labels(spec.name).observe(time.perf_counter() - started)
+    return result
+
+
+def _run(spec: Spec, arguments: dict) -> CallToolResult:
     try:
         with database_turn():
             actor = actor_from_token()

@@ -18,6 +18,7 @@ from apps.core.env import (
     env_str,
     sqlite_database,
 )
+from apps.core.logs import logging_config
 from retasc import __version__
 from retasc.secrets import generated_secret
 
@@ -82,6 +83,7 @@ INSTALLED_APPS = [
     "apps.devices",
     "apps.intake",
     "apps.hooks",
+    "apps.ops",
 ]
 
 MIDDLEWARE = [
@@ -188,6 +190,10 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_ACKS_LATE = True
 CELERY_TIMEZONE = "UTC"
+# Workers log through LOGGING (RETASC_LOG_FORMAT, request ids, masking), not Celery's own
+# format; stdout/stderr stay the process's (a redirect would loop LOGGING's handler into itself).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_REDIRECT_STDOUTS = False
 RETASC_INPROCESS_JOBS = env_bool("RETASC_INPROCESS_JOBS", not REDIS_URL)
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -281,15 +287,16 @@ RETASC_WRITEBACK_BACKOFF_SECONDS = env_int("RETASC_WRITEBACK_BACKOFF_SECONDS", 3
 RETASC_WRITEBACK_BACKOFF_MAX_SECONDS = env_int("RETASC_WRITEBACK_BACKOFF_MAX_SECONDS", 3600, minimum=1)
 RETASC_WRITEBACK_MAX_ATTEMPTS = env_int("RETASC_WRITEBACK_MAX_ATTEMPTS", 12, minimum=1)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    # Invite codes and upload tokens ride in URL paths; no log line prints them.
-    "filters": {"redact_secrets": {"()": "apps.core.redact.RedactSecrets"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
-    "root": {"handlers": ["console"], "level": env_str("RETASC_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
-}
+# Logs: one line per record with the request id; "json" for JSON lines. Credentials are
+# masked in every line (apps.core.logs).
+RETASC_LOG_FORMAT = env_str("RETASC_LOG_FORMAT", "text").lower()
+if RETASC_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"RETASC_LOG_FORMAT must be text or json, not {RETASC_LOG_FORMAT!r}.")
+LOGGING = logging_config(fmt=RETASC_LOG_FORMAT, level=env_str("RETASC_LOG_LEVEL", "INFO").upper())
+
+# /metrics (apps.ops): with a token, only "Authorization: Bearer <token>"; without one,
+# only direct loopback clients (a request that came through a proxy never counts).
+RETASC_METRICS_TOKEN = env_str("RETASC_METRICS_TOKEN")
 
 # --- Accounts: django-allauth (e-mail sign-in; GitHub/Google when configured) ---------
 from apps.accounts import config as _accounts  # noqa: E402
