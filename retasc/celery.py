@@ -9,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
 app = Celery("retasc")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["apps.leases", "apps.issues"])
+app.autodiscover_tasks(["apps.leases", "apps.issues", "apps.notifications"])
 
 
 @app.on_after_configure.connect
@@ -19,3 +19,6 @@ def setup_periodic_tasks(sender, **kwargs):
     # swallowed by the signal (beat then runs with an empty schedule).
     sender.add_periodic_task(every, sender.signature("apps.leases.tasks.reclaim_expired_task"), name="reclaim expired leases")
     sender.add_periodic_task(every, sender.signature("apps.issues.tasks.sla_escalate_task"), name="SLA escalation")
+    notify = settings.RETASC_NOTIFY_INTERVAL_SECONDS
+    sender.add_periodic_task(notify, sender.signature("apps.notifications.tasks.deliver_task"), name="deliver notifications")
+    sender.add_periodic_task(every, sender.signature("apps.notifications.tasks.sla_breaching_task"), name="SLA breaching notices")

@@ -16,13 +16,19 @@ from django.db import close_old_connections
 
 from apps.issues.ranking import sla_escalate
 from apps.leases.services import reclaim_expired
+from apps.notifications import events as notification_events
+from apps.notifications.delivery import deliver_due
 
 log = logging.getLogger(__name__)
 _started = threading.Event()
 
 
 def run_once() -> dict:
-    return {"reclaimed": reclaim_expired(), "escalated": sla_escalate()}
+    return {"reclaimed": reclaim_expired(), "escalated": sla_escalate(), "slaNotices": notification_events.sla_breaching_scan()}
+
+
+def notify_once() -> dict:
+    return deliver_due()
 
 
 def start_inprocess_jobs() -> bool:
@@ -42,4 +48,22 @@ def start_inprocess_jobs() -> bool:
                 close_old_connections()
 
     threading.Thread(target=loop, name="retasc-jobs", daemon=True).start()
+
+    # Notification delivery: every few seconds, and at once after a commit that wrote
+    # outbox rows (the wake-up only shortens the wait; the rows are in the database).
+    wake = threading.Event()
+    notification_events.on_outbox(wake.set)
+
+    def notify_loop():
+        while True:
+            wake.wait(settings.RETASC_NOTIFY_INTERVAL_SECONDS)
+            wake.clear()
+            try:
+                notify_once()
+            except Exception:
+                log.exception("notification delivery failed; will retry")
+            finally:
+                close_old_connections()
+
+    threading.Thread(target=notify_loop, name="retasc-notify", daemon=True).start()
     return True

@@ -17,6 +17,7 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("device/", device_view, name="device"),  # retasc login: approve a CLI sign-in
+    path("hooks/", include("apps.hooks.urls")),  # inbound webhooks (chat providers)
     path("", include("apps.dash.urls")),  # the Dash (HTML); keep last
 ]
 

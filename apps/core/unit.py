@@ -31,6 +31,8 @@ class _Entry:
     issue_id: object
     changes: dict
     identifier: str | None = None
+    # The row itself when one was given (notifications read its people without a query).
+    subject: Any = None
 
 
 @dataclass
@@ -53,7 +55,8 @@ class Unit:
 
     def record(self, verb: str, *, issue=None, changes: dict | None = None) -> None:
         identifier = issue.identifier if hasattr(issue, "identifier") else None
-        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier))
+        subject = issue if hasattr(issue, "pk") else None
+        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier, subject))
 
     def credit(self, amount_micros: int, *, note: str, principal_id=None) -> None:
         """Add credit to the org's balance, in this transaction, with a ledger entry."""

@@ -12,4 +12,5 @@ from retasc.settings.base import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 RETASC_INPROCESS_JOBS = False
+RETASC_WEBHOOK_ALLOW_PRIVATE = True  # the fake receivers listen on 127.0.0.1
 LOGGING["root"]["level"] = "WARNING"  # noqa: F405
