@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.http import JsonResponse
 
 from apps.notifications.models import Channel
@@ -14,7 +15,7 @@ def refusal(status: int, code: str, message: str) -> JsonResponse:
 def channel_or_refusal(channel_id, kind: str) -> tuple[Channel | None, JsonResponse | None]:
     try:
         channel = Channel.objects.filter(pk=channel_id, kind=kind).first()
-    except Exception:  # a malformed id (not a UUID) reads as unknown
+    except ValidationError:  # a malformed id (not a UUID) reads as unknown
         channel = None
     if channel is None:
         return None, refusal(404, "NOT_FOUND", "No such channel.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import uuid
 from datetime import timedelta
 
 from allauth.account.models import EmailAddress
@@ -40,6 +41,13 @@ from apps.orgs.actor import Actor
 CODE_TTL = timedelta(minutes=10)
 CODE_PREFIX = "rtscbind_"
 PROVIDERS = tuple(Channel.Provider.values)
+
+
+def _id(value, what: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise not_found(what) from None
 
 
 def _owner(actor: Actor) -> None:
@@ -101,15 +109,12 @@ def channel_create(*, actor: Actor, kind, bot_token=None, signing_secret=None, p
 
 def channel_remove(*, actor: Actor, channel_id) -> None:
     _owner(actor)
-    if not Channel.objects.filter(pk=channel_id, org_id=actor.org.pk, removed_at__isnull=True).update(removed_at=timezone.now()):
+    if not Channel.objects.filter(pk=_id(channel_id, "The channel"), org_id=actor.org.pk, removed_at__isnull=True).update(removed_at=timezone.now()):
         raise not_found("The channel")
 
 
 def channel_get(*, org_id, channel_id, live: bool = True) -> Channel:
-    try:
-        channel = Channel.objects.filter(pk=channel_id, org_id=org_id).first()
-    except Exception:  # a malformed id reads as not found
-        channel = None
+    channel = Channel.objects.filter(pk=_id(channel_id, "The channel"), org_id=org_id).first()
     if channel is None or (live and channel.removed_at is not None):
         raise not_found("The channel")
     return channel
@@ -197,7 +202,7 @@ def binding_email(*, actor: Actor, channel_id) -> Binding:
 def binding_remove(*, actor: Actor, binding_id) -> None:
     _human(actor)
     removed = Binding.objects.filter(
-        pk=binding_id, org_id=actor.org.pk, user_id=actor.principal_id, removed_at__isnull=True
+        pk=_id(binding_id, "The binding"), org_id=actor.org.pk, user_id=actor.principal_id, removed_at__isnull=True
     ).update(removed_at=timezone.now())
     if not removed:
         raise not_found("The binding")
@@ -245,7 +250,7 @@ def webhook_create(*, actor: Actor, url, events) -> tuple[Webhook, str]:
 
 def webhook_remove(*, actor: Actor, webhook_id) -> None:
     _owner(actor)
-    if not Webhook.objects.filter(pk=webhook_id, org_id=actor.org.pk, removed_at__isnull=True).update(removed_at=timezone.now()):
+    if not Webhook.objects.filter(pk=_id(webhook_id, "The webhook"), org_id=actor.org.pk, removed_at__isnull=True).update(removed_at=timezone.now()):
         raise not_found("The webhook")
 
 
@@ -254,7 +259,7 @@ def delivery_retry(*, actor: Actor, delivery_id) -> None:
     _owner(actor)
     now = timezone.now()
     retried = Delivery.objects.filter(
-        pk=delivery_id,
+        pk=_id(delivery_id, "A finished delivery"),
         org_id=actor.org.pk,
         status__in=(Delivery.Status.DEAD, Delivery.Status.SENT, Delivery.Status.SKIPPED),
     ).update(status=Delivery.Status.PENDING, next_attempt_at=now, window_start=now, last_error="", lease_until=None)
