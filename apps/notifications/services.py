@@ -109,7 +109,9 @@ def channel_create(*, actor: Actor, kind, bot_token=None, signing_secret=None, p
 
 def channel_remove(*, actor: Actor, channel_id) -> None:
     _owner(actor)
-    if not Channel.objects.filter(pk=_id(channel_id, "The channel"), org_id=actor.org.pk, removed_at__isnull=True).update(removed_at=timezone.now()):
+    if not Channel.objects.filter(pk=_id(channel_id, "The channel"), org_id=actor.org.pk, removed_at__isnull=True).update(
+        removed_at=timezone.now()
+    ):
         raise not_found("The channel")
 
 
@@ -250,7 +252,9 @@ def webhook_create(*, actor: Actor, url, events) -> tuple[Webhook, str]:
 
 def webhook_remove(*, actor: Actor, webhook_id) -> None:
     _owner(actor)
-    if not Webhook.objects.filter(pk=_id(webhook_id, "The webhook"), org_id=actor.org.pk, removed_at__isnull=True).update(removed_at=timezone.now()):
+    if not Webhook.objects.filter(pk=_id(webhook_id, "The webhook"), org_id=actor.org.pk, removed_at__isnull=True).update(
+        removed_at=timezone.now()
+    ):
         raise not_found("The webhook")
 
 

@@ -41,7 +41,9 @@ class Net:
         self.owner = actor_for_human(user=world.owner, org=world.org)
         self.member = actor_for_human(user=world.member, org=world.org)
         self.signer = InteractionSigner()
-        self.slack = services.channel_create(actor=self.owner, kind="slack", bot_token=fakes.slack.token, signing_secret=SLACK_SECRET)
+        self.slack = services.channel_create(
+            actor=self.owner, kind="slack", bot_token=fakes.slack.token, signing_secret=SLACK_SECRET
+        )
         self.discord = services.channel_create(
             actor=self.owner, kind="discord", bot_token=fakes.discord.token, public_key=self.signer.public_key
         )

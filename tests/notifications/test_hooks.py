@@ -70,14 +70,31 @@ def test_forged_or_stale_slack_signature_is_refused(net):
     code = net.code(net.w.member, net.slack)
     before = state()
     body, headers = signed_command("wrong-secret", text=f"connect {code}", user_id="U1")
-    assert net.http.post(f"/hooks/slack/{net.slack.pk}", body, content_type="application/x-www-form-urlencoded", **headers).status_code == 401
+    assert (
+        net.http.post(
+            f"/hooks/slack/{net.slack.pk}", body, content_type="application/x-www-form-urlencoded", **headers
+        ).status_code
+        == 401
+    )
     # Genuinely signed, but six minutes old: a replay.
-    body, headers = signed_command("slack-signing-secret-for-tests", text=f"connect {code}", user_id="U1", stamp=int(time.time()) - 360)
-    assert net.http.post(f"/hooks/slack/{net.slack.pk}", body, content_type="application/x-www-form-urlencoded", **headers).status_code == 401
+    body, headers = signed_command(
+        "slack-signing-secret-for-tests", text=f"connect {code}", user_id="U1", stamp=int(time.time()) - 360
+    )
+    assert (
+        net.http.post(
+            f"/hooks/slack/{net.slack.pk}", body, content_type="application/x-www-form-urlencoded", **headers
+        ).status_code
+        == 401
+    )
     # Signed, then the body changed.
     body, headers = signed_command("slack-signing-secret-for-tests", text=f"connect {code}", user_id="U1")
     tampered = body.replace(b"U1", b"U2")
-    assert net.http.post(f"/hooks/slack/{net.slack.pk}", tampered, content_type="application/x-www-form-urlencoded", **headers).status_code == 401
+    assert (
+        net.http.post(
+            f"/hooks/slack/{net.slack.pk}", tampered, content_type="application/x-www-form-urlencoded", **headers
+        ).status_code
+        == 401
+    )
     assert state() == before
 
 

@@ -4,8 +4,8 @@ state waits for a "yes"; unknown text gets one line of help."""
 from __future__ import annotations
 
 from apps.issues.models import Comment, Issue
-from apps.leases import services as leases
 from apps.issues.services import issue_update
+from apps.leases import services as leases
 from apps.notifications.models import Mute
 from tests.conftest import new_issue
 
