@@ -26,6 +26,7 @@ import json
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -45,9 +46,13 @@ from apps.notifications.providers import SendError
 
 log = logging.getLogger(__name__)
 
-LEASE = timedelta(seconds=120)
 DEAD_AFTER = timedelta(hours=24)
 BACKOFF_FIRST, BACKOFF_MAX = 10, 3600  # seconds
+
+
+def lease() -> timedelta:
+    """How long a worker holds a delivery (longer than any send: the HTTP timeout is shorter)."""
+    return timedelta(seconds=settings.RETASC_NOTIFY_LEASE_SECONDS)
 
 
 def backoff(attempts: int) -> int:
@@ -105,7 +110,7 @@ def _take(delivery_id, now) -> bool:
     """pending and due -> sending, with a lease. True when this worker won it."""
     return (
         Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING, next_attempt_at__lte=now).update(
-            status=Delivery.Status.SENDING, lease_until=now + LEASE, attempts=F("attempts") + 1
+            status=Delivery.Status.SENDING, lease_until=now + lease(), attempts=F("attempts") + 1
         )
         == 1
     )

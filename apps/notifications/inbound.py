@@ -14,6 +14,7 @@ import time
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from django.utils.translation import gettext_noop
 
 from apps.core.errors import ServiceError
 from apps.notifications import intents, services, texts
@@ -61,7 +62,7 @@ def message(*, channel: Channel, sender: str, text: str, label: str = "") -> str
         except ServiceError as exc:
             return exc.message
         language = MemberLanguage.objects.filter(user_id=binding.user_id).values_list("language", flat=True).first()
-        return texts.say(language or "en", "Connected: Retasc will message you here.")
+        return texts.say(language or "en", gettext_noop("Connected: Retasc will message you here."))
     binding = services.binding_for(channel=channel, target=sender)
     if binding is None:
         return "This chat is not connected to Retasc. Get a code in the Dash (Notifications) and send: connect CODE"

@@ -240,6 +240,8 @@ RETASC_TELEGRAM_API_URL = env_str("RETASC_TELEGRAM_API_URL", "https://api.telegr
 RETASC_WEBHOOK_ALLOW_PRIVATE = env_bool("RETASC_WEBHOOK_ALLOW_PRIVATE", False)
 # How often the delivery worker looks for due messages (it is also woken after commit).
 RETASC_NOTIFY_INTERVAL_SECONDS = env_int("RETASC_NOTIFY_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
+# A worker holds a delivery this long; if it dies mid-send, the delivery is sent again after.
+RETASC_NOTIFY_LEASE_SECONDS = env_int("RETASC_NOTIFY_LEASE_SECONDS", 120, minimum=1, maximum=3600)
 RETASC_NOTIFY_TIMEOUT_SECONDS = env_int("RETASC_NOTIFY_TIMEOUT_SECONDS", 10, minimum=1, maximum=120)
 
 # MCP at /mcp (apps.mcp). Largest accepted request body; larger ones get HTTP 413.

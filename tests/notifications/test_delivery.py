@@ -89,7 +89,7 @@ def test_a_worker_killed_mid_delivery_sends_once_back_with_the_same_key(net, clo
     assert Delivery.objects.get().status == "sending"
 
     assert worker.deliver_due()["sent"] == 0  # its lease still runs: nobody else takes it
-    clock.advance(seconds=worker.LEASE.total_seconds() + 1)
+    clock.advance(seconds=worker.lease().total_seconds() + 1)
     counts = worker.deliver_due()
 
     assert counts["released"] == 1 and counts["sent"] == 1
