@@ -8,6 +8,7 @@ binding code, a webhook's signing secret) is rendered once in the POST answer, n
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
@@ -24,7 +25,7 @@ def _channels_context(request) -> dict:
     actor = request.actor
     return {
         "channels": [
-            {**c, "inboundUrl": request.build_absolute_uri(c["webhookUrl"])} for c in selectors.channels_list(actor=actor)
+            {**c, "inboundUrl": settings.PUBLIC_URL + c["webhookUrl"]} for c in selectors.channels_list(actor=actor)
         ],
         "kinds": ["slack", "discord", "telegram", "email"],
     }
