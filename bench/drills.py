@@ -49,6 +49,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -1305,11 +1306,18 @@ def drill_notify(o) -> None:
     from tests.fakes.telegram import FakeTelegram
 
     class SlowTelegram(FakeTelegram):
-        """Each send takes a while, so a kill lands mid-delivery."""
+        """Each send takes a while; the fourth is received (and kept) but not answered until
+        the worker has been killed, so the kill lands mid-delivery for sure."""
+
+        holding = threading.Event()
 
         def _send(self, request):
+            answer = super()._send(request)
+            if len(self.delivered) == 4 and not self.holding.is_set():
+                self.holding.set()
+                time.sleep(20)
             time.sleep(0.25)
-            return super()._send(request)
+            return answer
 
     fake = SlowTelegram().start()
     port = next(p for p in range(o.redis_port, o.redis_port + 50) if _free_tcp(p))
@@ -1351,10 +1359,8 @@ def drill_notify(o) -> None:
             return Counter(dict(db.execute("SELECT status, count(*) FROM notifications_delivery GROUP BY 1").fetchall()))
 
         run("notify_act", *act, "--count", str(n // 2), "--tag", "a")
-        deadline = time.monotonic() + 120
-        while len(fake.delivered) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        celery.kill_worker()  # mid-delivery: the worker was sending one every 0.25 s
+        fake.holding.wait(120)
+        celery.kill_worker()  # mid-delivery: the provider has the 4th message, the worker no answer
         killed_after = len(fake.delivered)
         redis.terminate()
         redis.wait(10)
@@ -1363,8 +1369,11 @@ def drill_notify(o) -> None:
         fake.stop()  # the provider is down too when the worker returns
         redis = _start_redis(port, workdir)
         celery.start_worker()
-        time.sleep(4)
-        failed_while_down = db.execute("SELECT count(*) FROM notifications_delivery WHERE last_error <> ''").fetchone()[0]
+        deadline = time.monotonic() + 120
+        failed_while_down = 0
+        while not failed_while_down and time.monotonic() < deadline:  # the worker is back and finds no provider
+            time.sleep(0.5)
+            failed_while_down = db.execute("SELECT count(*) FROM notifications_delivery WHERE last_error <> ''").fetchone()[0]
         fake.start()
         deadline = time.monotonic() + o.drain_seconds
         while time.monotonic() < deadline:
@@ -1382,6 +1391,8 @@ def drill_notify(o) -> None:
             and sum(state.values()) == n
             and len(fake.delivered) == n
             and keys_seen == keys_db
+            and sends > n  # the killed worker's message went twice (same key), and failures were retried
+            and failed_while_down > 0
             and acted_without_redis["acted"] == n - n // 2
         )
         result(
@@ -1393,6 +1404,11 @@ def drill_notify(o) -> None:
             provider_unique=len(fake.delivered),
             provider_requests=sends,
             delivered_before_kill=killed_after,
+            redelivered_keys=sorted(
+                k
+                for k, c in Counter(r.header("idempotency-key") for r in fake.seen("POST", r"/bot[^/]+/sendMessage")).items()
+                if c > 1
+            )[:5],
             failed_while_provider_down=failed_while_down,
         )
     except Exception as exc:  # noqa: BLE001

@@ -224,17 +224,3 @@ def _send(delivery: Delivery) -> None:
         telegram.send_message(token=channel.bot_token, chat_id=binding.target, text=text, idempotency_key=key)
     else:
         mail.send(address=binding.target, subject=subject, text=text, idempotency_key=key)
-
-
-# --- 3. dead letters and redelivery -------------------------------------------------------
-
-
-def delivery_retry(*, org_id, delivery_id) -> bool:
-    """Dead (or, for webhooks, any finished) delivery -> pending now, with a fresh 24 h window."""
-    now = timezone.now()
-    return (
-        Delivery.objects.filter(
-            pk=delivery_id, org_id=org_id, status__in=(Delivery.Status.DEAD, Delivery.Status.SENT, Delivery.Status.SKIPPED)
-        ).update(status=Delivery.Status.PENDING, next_attempt_at=now, window_start=now, last_error="", lease_until=None)
-        == 1
-    )

@@ -142,7 +142,14 @@ def sla_breaching_scan(*, now=None) -> int:
     """
     now = now or timezone.now()
     candidates = Issue.objects.filter(status__in=OPEN, due_at__isnull=False, due_at__lte=now + timedelta(days=30))
-    candidates = candidates.filter(due_at__gte=now - timedelta(days=1)).with_people()
+    # Only what a notice needs (the title is decrypted only for an issue that is breaching).
+    candidates = (
+        candidates.filter(due_at__gte=now - timedelta(days=1))
+        .select_related("project")
+        .only(
+            "id", "org_id", "project__prefix", "number", "status", "created_at", "due_at", "assignee_id", "author_id", "title_enc"
+        )
+    )
     written = 0
     for issue in candidates:
         state, _ = sla_of(issue, now)

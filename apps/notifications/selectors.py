@@ -25,10 +25,8 @@ def channel_shape(channel: Channel, webhook_url: str) -> dict:
 
 def channels_list(*, actor: Actor) -> list[dict]:
     """Live channels of the org (any member: they pick one to bind). No token, no secret."""
-    from_settings = []
-    for channel in Channel.objects.filter(org_id=actor.org.pk, removed_at__isnull=True).order_by("created_at"):
-        from_settings.append(channel_shape(channel, f"/hooks/{channel.kind}/{channel.pk}"))
-    return from_settings
+    live = Channel.objects.filter(org_id=actor.org.pk, removed_at__isnull=True).order_by("created_at")
+    return [channel_shape(channel, f"/hooks/{channel.kind}/{channel.pk}") for channel in live]
 
 
 def bindings_list(*, actor: Actor) -> list[dict]:

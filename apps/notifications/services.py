@@ -17,6 +17,7 @@ from allauth.account.models import EmailAddress
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone, translation
 
 from apps.core import keystore
@@ -262,11 +263,14 @@ def delivery_retry(*, actor: Actor, delivery_id) -> None:
     """Retry a dead letter, or redeliver a webhook delivery (owner)."""
     _owner(actor)
     now = timezone.now()
-    retried = Delivery.objects.filter(
-        pk=_id(delivery_id, "A finished delivery"),
-        org_id=actor.org.pk,
-        status__in=(Delivery.Status.DEAD, Delivery.Status.SENT, Delivery.Status.SKIPPED),
-    ).update(status=Delivery.Status.PENDING, next_attempt_at=now, window_start=now, last_error="", lease_until=None)
+    # A chat message is sent again only when it died; a webhook delivery also when it was
+    # sent or skipped (a redeliver keeps its webhook-id, so the receiver can tell).
+    finished = Q(status=Delivery.Status.DEAD) | Q(
+        webhook__isnull=False, status__in=(Delivery.Status.SENT, Delivery.Status.SKIPPED)
+    )
+    retried = Delivery.objects.filter(finished, pk=_id(delivery_id, "A finished delivery"), org_id=actor.org.pk).update(
+        status=Delivery.Status.PENDING, next_attempt_at=now, window_start=now, last_error="", lease_until=None
+    )
     if not retried:
         raise not_found("A finished delivery")
     wake()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+from apps.core.errors import ServiceError
 from apps.issues.services import issue_update
 from apps.leases import services as leases
 from apps.notifications import delivery as worker
@@ -135,3 +138,16 @@ def test_secrets_never_reach_the_delivery_log(net):
     tg.fail_next(1, 401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
     worker.deliver_due()
     assert tg.token not in Delivery.objects.get().last_error
+
+
+def test_a_sent_chat_message_is_not_sent_again_by_retry(net):
+    one_message(net)
+    worker.deliver_due()
+    (d,) = Delivery.objects.all()
+    with pytest.raises(ServiceError) as refused:
+        services.delivery_retry(actor=net.owner, delivery_id=d.pk)
+    assert refused.value.code == "NOT_FOUND"
+    assert Delivery.objects.get().status == "sent"
+    with pytest.raises(ServiceError) as refused:
+        services.delivery_retry(actor=net.member, delivery_id=d.pk)
+    assert refused.value.code == "FORBIDDEN"

@@ -24,9 +24,7 @@ from apps.notifications.models import EVENT_KINDS
 def _channels_context(request) -> dict:
     actor = request.actor
     return {
-        "channels": [
-            {**c, "inboundUrl": settings.PUBLIC_URL + c["webhookUrl"]} for c in selectors.channels_list(actor=actor)
-        ],
+        "channels": [{**c, "inboundUrl": settings.PUBLIC_URL + c["webhookUrl"]} for c in selectors.channels_list(actor=actor)],
         "kinds": ["slack", "discord", "telegram", "email"],
     }
 
