@@ -43,6 +43,7 @@ from apps.notifications.models import (
     Webhook,
 )
 from apps.notifications.providers import SendError
+from apps.orgs.models import Membership
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,14 @@ def expand_outbox(*, limit: int = 200) -> int:
                 for b in Binding.objects.filter(channel_id=row.channel_id, user_id=row.user_id, removed_at__isnull=True):
                     targets.append({"binding_id": b.pk})
             elif row.user_id is not None:
+                # A member suspended or retired since the action hears nothing more.
                 live = Binding.objects.filter(
-                    org_id=row.org_id, user_id=row.user_id, removed_at__isnull=True, channel__removed_at__isnull=True
+                    org_id=row.org_id,
+                    user_id=row.user_id,
+                    removed_at__isnull=True,
+                    channel__removed_at__isnull=True,
+                    user__memberships__org_id=row.org_id,
+                    user__memberships__status=Membership.Status.ACTIVE,
                 )
                 targets = [{"binding_id": b.pk} for b in live]
             else:

@@ -57,8 +57,8 @@ def handle(*, binding: Binding, text: str) -> str:
     if parsed is None:
         return texts.help_line(language)
     name, args = parsed
-    actor = member_actor(org_id=binding.org_id, user_id=binding.user_id, runtime=binding.channel.kind)
     try:
+        actor = member_actor(org_id=binding.org_id, user_id=binding.user_id, runtime=binding.channel.kind)
         if name in CHANGES_STATE:
             return _ask(binding, name, args, language)
         if name == "yes":

@@ -4,6 +4,8 @@ they bound, never about their own action, mutes applied at send time."""
 from __future__ import annotations
 
 from django.core import mail
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.issues.services import comment_create, issue_update
 from apps.leases import services as leases
@@ -104,12 +106,14 @@ def test_nobody_bound_writes_nothing_and_other_receipts_write_nothing(net, deliv
     assert Outbox.objects.count() == 0
 
 
-def test_a_claim_writes_no_outbox_row_even_with_people_bound(net, django_assert_max_num_queries):
+def test_a_claim_costs_notifications_no_statement_even_with_people_bound(net):
     bound(net)
     issue = new_issue(net.w.b, "Claim me")
-    before = Outbox.objects.count()
-    leases.claim_issue(actor=net.w.a, identifier=issue.identifier)
-    assert Outbox.objects.count() == before
+    with CaptureQueriesContext(connection) as queries:
+        leases.claim_issue(actor=net.w.a, identifier=issue.identifier)
+    assert queries.captured_queries  # the claim ran
+    assert not [q for q in queries.captured_queries if "notifications_" in q["sql"]]
+    assert Outbox.objects.count() == 0
 
 
 def test_mute_is_applied_at_send_time(net, deliver):

@@ -6,7 +6,10 @@ from __future__ import annotations
 from apps.issues.models import Comment, Issue
 from apps.issues.services import issue_update
 from apps.leases import services as leases
+from apps.leases.revocation import member_suspend
+from apps.notifications.delivery import deliver_due
 from apps.notifications.models import Mute
+from apps.orgs.models import Membership
 from tests.conftest import new_issue
 
 
@@ -86,3 +89,16 @@ def test_intents_work_over_slack_and_discord_too(net):
     net.bind_discord(net.w.member, "900")
     assert net.slack_say("U9", "status").json()["text"].startswith("Reviews for you:")
     assert net.discord_say("900", "say", {"text": "status"}).json()["data"]["content"].startswith("Reviews for you:")
+
+
+def test_a_suspended_member_cannot_act_from_chat_and_hears_nothing_more(net):
+    net.bind_telegram(net.w.member, 2)
+    issue = new_issue(net.w.b, "Before the suspension")
+    claim = leases.claim_issue(actor=net.w.a, identifier=issue.identifier)
+    issue_update(actor=net.w.a, identifier=issue.identifier, status="done", claim_token=claim["claimToken"])
+    membership = Membership.objects.get(org=net.w.org, user=net.w.member)
+    member_suspend(actor=net.owner, member_id=str(membership.pk))
+
+    assert say(net, "status") == "You are not an active member of this org."
+    assert deliver_due()["sent"] == 0
+    assert net.f.telegram.texts_to(2) == []
