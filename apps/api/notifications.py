@@ -36,7 +36,12 @@ _ERRORS = {code: ref("Error") for code in (400, 401, 403, 404, 409)}
 
 
 class Channels(ApiView):
-    @extend_schema(operation_id="list_channels", summary="The org's notification channels.", tags=["notifications"])
+    @extend_schema(
+        operation_id="list_channels",
+        summary="The org's notification channels.",
+        tags=["notifications"],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request):
         return Response({"channels": selectors.channels_list(actor=request.auth)})
 
@@ -73,7 +78,12 @@ class ChannelTest(ApiView):
 
 
 class MyBindings(ApiView):
-    @extend_schema(operation_id="list_my_bindings", summary="Your bindings in this org.", tags=["notifications"])
+    @extend_schema(
+        operation_id="list_my_bindings",
+        summary="Your bindings in this org.",
+        tags=["notifications"],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request):
         return Response({"bindings": selectors.bindings_list(actor=request.auth)})
 
@@ -108,7 +118,12 @@ class MyBinding(ApiView):
 
 
 class Webhooks(ApiView):
-    @extend_schema(operation_id="list_webhooks", summary="The org's outgoing webhooks (owner).", tags=["notifications"])
+    @extend_schema(
+        operation_id="list_webhooks",
+        summary="The org's outgoing webhooks (owner).",
+        tags=["notifications"],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request):
         return Response({"webhooks": selectors.webhooks_list(actor=request.auth)})
 

@@ -37,4 +37,4 @@ def send_message(*, token: str, chat_id: str, text: str, idempotency_key: str) -
 
 def set_webhook(*, token: str, url: str, secret_token: str) -> None:
     """Register the server's inbound URL with the secret token Telegram will send back."""
-    _call(token, "setWebhook", {"url": url, "secret_token": secret_token, "allowed_updates": ["message", "callback_query"]})
+    _call(token, "setWebhook", {"url": url, "secret_token": secret_token, "allowed_updates": ["message"]})

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx2
 from django.conf import settings
 
-from apps.core.errors import invalid
+from apps.core.errors import ServiceError, invalid
 from apps.notifications.providers import SendError, retry_after
 
 SECRET_PREFIX = "whsec_"
@@ -73,9 +73,9 @@ def check_url(url: str) -> str:
 def post(*, url: str, secret: str, msg_id: str, body: bytes) -> int:
     """POST one signed delivery. Answers the receiver's status; raises SendError to retry."""
     try:
-        check_url(url)
-    except Exception as exc:
-        raise SendError(getattr(exc, "message", "The webhook URL is refused.")) from None
+        check_url(url)  # again at send time: the name may resolve elsewhere now
+    except ServiceError as exc:
+        raise SendError(exc.message) from None
     stamp = int(time.time())
     headers = {
         "content-type": "application/json",
