@@ -50,7 +50,8 @@ def telegram_genuine(channel: Channel, headers) -> bool:
     return bool(channel.secret) and hmac.compare_digest(given.encode(), channel.secret.encode())
 
 
-_CONNECT = re.compile(r"^\s*(?:/start|/?connect)\s+(\S+)\s*$", re.IGNORECASE)
+# "/start CODE" (Telegram, also "/start@the_bot CODE" in a group), "connect CODE" (Slack, Discord).
+_CONNECT = re.compile(r"^\s*(?:/start(?:@\w+)?|/?connect)\s+(\S+)\s*$", re.IGNORECASE)
 
 
 def message(*, channel: Channel, sender: str, text: str, label: str = "") -> str:
