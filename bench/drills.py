@@ -28,6 +28,12 @@ on one issue were ever live at the same time, that each issue's reclaim count ma
   no receipt yet dispatch hands them out; once it is back the receipts catch up.
 * ``sigterm``: SIGTERM to Daphne mid-drain (32 agents): requests in flight finish, new
   ones get ``503 UNAVAILABLE``, the process exits; a fresh Daphne then finishes the drain.
+* ``notify``: notification delivery with a real Celery worker and beat on a private Redis
+  and a fake Telegram on 127.0.0.1. Issues are finished (each one a message to its
+  author); the worker is ``kill -9``-ed mid-delivery, Redis is stopped while more issues
+  are finished, and the provider is down when the worker comes back. At the end every
+  outbox row has its delivery ``sent`` (none pending or dead) and the provider holds each
+  message once (one idempotency key each), though a killed worker's message went twice.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -1241,6 +1248,183 @@ def drill_sigterm(o) -> None:
         inst.drop(remove_data_dir=True)
 
 
+# --- notify: delivery survives a killed worker, a stopped Redis and a provider that is down ---
+
+
+def notify_setup_main(argv) -> None:
+    """(In the instance's environment.) A member bound on a Telegram channel; prints JSON."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--token", required=True)
+    o = p.parse_args(argv)
+    import django
+
+    django.setup()
+    from apps.notifications import services as notify
+    from apps.orgs.models import Membership, Org
+    from apps.orgs.services import actor_for_human, agent_key_mint, member_add, user_get_or_create
+
+    org = Org.objects.get(slug="bench")
+    owner = Membership.objects.select_related("user").get(org=org, role="owner").user
+    member, _ = user_get_or_create(email="member@drill.test", password="drill-member-pw")
+    member_add(org=org, user=member)
+    owner_actor = actor_for_human(user=owner, org=org)
+    channel = notify.channel_create(actor=owner_actor, kind="telegram", bot_token=o.token)
+    code, _ = notify.binding_code_create(actor=actor_for_human(user=member, org=org), channel_id=channel.pk)
+    notify.binding_redeem(channel=channel, code=code, target="4242", label="drill")
+    _, member_key = agent_key_mint(org=org, user=member, project=org.projects.get(), runtime="drill", label="author")
+    _, owner_key = agent_key_mint(org=org, user=owner, project=org.projects.get(), runtime="drill", label="finisher")
+    print(json.dumps({"memberKey": member_key, "ownerKey": owner_key}))
+
+
+def notify_act_main(argv) -> None:
+    """(In the instance's environment.) The member's agent files ``--count`` issues; the
+    owner's agent claims and finishes each: one message to the member per issue."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--member-key", required=True)
+    p.add_argument("--owner-key", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--tag", default="n")
+    o = p.parse_args(argv)
+    import django
+
+    django.setup()
+    from apps.issues.services import issue_create, issue_update
+    from apps.leases.services import claim_issue
+    from apps.orgs.services import agent_key_authenticate
+
+    author, finisher = agent_key_authenticate(o.member_key), agent_key_authenticate(o.owner_key)
+    for i in range(o.count):
+        issue = issue_create(actor=author, title=f"drill {o.tag}{i}", work=True, no_dependency="drill", source="drill")
+        claim = claim_issue(actor=finisher, identifier=issue.identifier)
+        issue_update(actor=finisher, identifier=issue.identifier, status="done", claim_token=claim["claimToken"])
+    print(json.dumps({"acted": o.count}))
+
+
+def drill_notify(o) -> None:
+    import psycopg
+
+    from tests.fakes.telegram import FakeTelegram
+
+    class SlowTelegram(FakeTelegram):
+        """Each send takes a while; the fourth is received (and kept) but not answered until
+        the worker has been killed, so the kill lands mid-delivery for sure."""
+
+        holding = threading.Event()
+
+        def _send(self, request):
+            answer = super()._send(request)
+            if len(self.delivered) == 4 and not self.holding.is_set():
+                self.holding.set()
+                time.sleep(20)
+            time.sleep(0.25)
+            return answer
+
+    fake = SlowTelegram().start()
+    port = next(p for p in range(o.redis_port, o.redis_port + 50) if _free_tcp(p))
+    workdir = tempfile.mkdtemp(prefix=f"{DB_PREFIX.replace('_', '-')}-notify-")
+    redis = _start_redis(port, workdir)
+    inst = celery = None
+    n = o.notify_issues
+    try:
+        inst = new_instance("postgres", prefix="BENCH", db_prefix=DB_PREFIX)
+        env = {
+            "REDIS_URL": f"redis://127.0.0.1:{port}/0",
+            "RETASC_TELEGRAM_API_URL": fake.url,
+            "RETASC_NOTIFY_INTERVAL_SECONDS": "1",
+            "RETASC_NOTIFY_LEASE_SECONDS": "3",
+            "RETASC_INPROCESS_JOBS": "false",
+        }
+
+        def run(*args, extra_env=None) -> dict:
+            proc = subprocess.run(
+                [PY, "-m", "bench.drills", *args],
+                cwd=ROOT,
+                env=inst.env(**{**env, **(extra_env or {})}),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            if proc.returncode:
+                raise RuntimeError(proc.stderr[-2000:])
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+
+        keys = run("notify_setup", "--token", fake.token)
+        act = ["--member-key", keys["memberKey"], "--owner-key", keys["ownerKey"]]
+        celery = CeleryProcs(inst, env, workdir)
+        celery.start_beat()
+        celery.start_worker()
+        db = psycopg.connect(inst.db_url.replace("postgres://", "postgresql://"), autocommit=True)
+
+        def statuses() -> Counter:
+            return Counter(dict(db.execute("SELECT status, count(*) FROM notifications_delivery GROUP BY 1").fetchall()))
+
+        run("notify_act", *act, "--count", str(n // 2), "--tag", "a")
+        fake.holding.wait(120)
+        celery.kill_worker()  # mid-delivery: the provider has the 4th message, the worker no answer
+        killed_after = len(fake.delivered)
+        redis.terminate()
+        redis.wait(10)
+        # Redis down: the actions still commit; the wake-up is lost, the rows are not.
+        acted_without_redis = run("notify_act", *act, "--count", str(n - n // 2), "--tag", "b")
+        fake.stop()  # the provider is down too when the worker returns
+        redis = _start_redis(port, workdir)
+        celery.start_worker()
+        deadline = time.monotonic() + 120
+        failed_while_down = 0
+        while not failed_while_down and time.monotonic() < deadline:  # the worker is back and finds no provider
+            time.sleep(0.5)
+            failed_while_down = db.execute("SELECT count(*) FROM notifications_delivery WHERE last_error <> ''").fetchone()[0]
+        fake.start()
+        deadline = time.monotonic() + o.drain_seconds
+        while time.monotonic() < deadline:
+            if statuses().get("sent", 0) == n and len(fake.delivered) == n:
+                break
+            time.sleep(0.5)
+        state = statuses()
+        outbox = db.execute("SELECT count(*) FROM notifications_outbox").fetchone()[0]
+        sends = len(fake.seen("POST", r"/bot[^/]+/sendMessage"))
+        keys_seen = set(fake.delivered)
+        keys_db = {r[0] for r in db.execute("SELECT idempotency_key FROM notifications_delivery WHERE status = 'sent'")}
+        ok = (
+            outbox == n
+            and state.get("sent", 0) == n
+            and sum(state.values()) == n
+            and len(fake.delivered) == n
+            and keys_seen == keys_db
+            and sends > n  # the killed worker's message went twice (same key), and failures were retried
+            and failed_while_down > 0
+            and acted_without_redis["acted"] == n - n // 2
+        )
+        result(
+            "notify",
+            ok,
+            messages=n,
+            outbox_rows=outbox,
+            deliveries=dict(state),
+            provider_unique=len(fake.delivered),
+            provider_requests=sends,
+            delivered_before_kill=killed_after,
+            redelivered_keys=sorted(
+                k
+                for k, c in Counter(r.header("idempotency-key") for r in fake.seen("POST", r"/bot[^/]+/sendMessage")).items()
+                if c > 1
+            )[:5],
+            failed_while_provider_down=failed_while_down,
+        )
+    except Exception as exc:  # noqa: BLE001
+        result("notify", False, error=repr(exc)[:500], tail=celery.tail()[-1500:] if celery else "")
+    finally:
+        if celery:
+            celery.stop()
+        with contextlib.suppress(Exception):
+            redis.terminate()
+            redis.wait(10)
+        fake.stop()
+        if inst:
+            inst.drop(remove_data_dir=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 DRILLS = {
     "kill9": drill_kill9,
     "pg_restart": drill_pg_restart,
@@ -1248,12 +1432,16 @@ DRILLS = {
     "no_celery": drill_no_celery,
     "celery_worker": drill_celery_worker,
     "sigterm": drill_sigterm,
+    "notify": drill_notify,
 }
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "agent":
         agent_main(sys.argv[2:])
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] in ("notify_setup", "notify_act"):
+        (notify_setup_main if sys.argv[1] == "notify_setup" else notify_act_main)(sys.argv[2:])
         return 0
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(DRILLS))
@@ -1270,6 +1458,7 @@ def main() -> int:
     p.add_argument("--redis-down", type=float, default=8, help="seconds the private Redis stays stopped")
     p.add_argument("--celery-issues", type=int, default=2000)
     p.add_argument("--sigterm-issues", type=int, default=2000)
+    p.add_argument("--notify-issues", type=int, default=40)
     p.add_argument("--fault-after", type=float, default=3, help="fault no earlier than this (s)")
     p.add_argument("--fault-frac", type=float, default=0.3, help="fault once this fraction of the issues is done")
     p.add_argument("--drain-seconds", type=float, default=600)

@@ -19,7 +19,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retasc.settings.base")
 
 app = Celery("retasc")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["apps.leases", "apps.issues", "apps.intake"])
+app.autodiscover_tasks(["apps.leases", "apps.issues", "apps.intake", "apps.notifications"])
 
 REQUEST_ID_HEADER = "retasc_request_id"
 log = logging.getLogger("retasc.jobs")
@@ -33,6 +33,9 @@ def setup_periodic_tasks(sender, **kwargs):
     sender.add_periodic_task(every, sender.signature("apps.leases.tasks.reclaim_expired_task"), name="reclaim expired leases")
     sender.add_periodic_task(every, sender.signature("apps.issues.tasks.sla_escalate_task"), name="SLA escalation")
     sender.add_periodic_task(every, sender.signature("apps.intake.tasks.writeback_task"), name="connector writeback")
+    notify = settings.RETASC_NOTIFY_INTERVAL_SECONDS
+    sender.add_periodic_task(notify, sender.signature("apps.notifications.tasks.deliver_task"), name="deliver notifications")
+    sender.add_periodic_task(every, sender.signature("apps.notifications.tasks.sla_breaching_task"), name="SLA breaching notices")
 
 
 @before_task_publish.connect

@@ -19,13 +19,20 @@ from apps.intake import writeback
 from apps.intake.tasks import writeback_task
 from apps.issues.ranking import sla_escalate
 from apps.leases.services import reclaim_expired
+from apps.notifications import events as notification_events
+from apps.notifications.delivery import deliver_due
 
 log = logging.getLogger(__name__)
 _started = threading.Event()
 _wake = threading.Event()
 
 
-JOBS = {"reclaim_expired": reclaim_expired, "sla_escalate": sla_escalate, "writeback": writeback.writeback_run}
+JOBS = {
+    "reclaim_expired": reclaim_expired,
+    "sla_escalate": sla_escalate,
+    "writeback": writeback.writeback_run,
+    "sla_notices": notification_events.sla_breaching_scan,
+}
 
 
 def run_once() -> dict:
@@ -40,7 +47,17 @@ def run_once() -> dict:
             failed = failed or exc
     if failed is not None:
         raise failed
-    return {"reclaimed": done.get("reclaim_expired"), "escalated": done.get("sla_escalate"), "writebacks": done.get("writeback")}
+    return {
+        "reclaimed": done.get("reclaim_expired"),
+        "escalated": done.get("sla_escalate"),
+        "writebacks": done.get("writeback"),
+        "slaNotices": done.get("sla_notices"),
+    }
+
+
+def notify_once() -> dict:
+    with metrics.job_observed("deliver_notifications"):
+        return deliver_due()
 
 
 def install_waker() -> None:
@@ -70,4 +87,22 @@ def start_inprocess_jobs() -> bool:
                 close_old_connections()
 
     threading.Thread(target=loop, name="retasc-jobs", daemon=True).start()
+
+    # Notification delivery: every few seconds, and at once after a commit that wrote
+    # outbox rows (the wake-up only shortens the wait; the rows are in the database).
+    wake = threading.Event()
+    notification_events.on_outbox(wake.set)
+
+    def notify_loop():
+        while True:
+            wake.wait(settings.RETASC_NOTIFY_INTERVAL_SECONDS)
+            wake.clear()
+            try:
+                notify_once()
+            except Exception:
+                log.exception("notification delivery failed; will retry")
+            finally:
+                close_old_connections()
+
+    threading.Thread(target=notify_loop, name="retasc-notify", daemon=True).start()
     return True

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from apps.api import views
+from apps.api import notifications, views
 from apps.api.errors import api_not_found
 
 app_name = "api"
@@ -14,6 +14,12 @@ urlpatterns = [
     path("v1/attachments/<str:attachment>/file", views.AttachmentFile.as_view(), name="AttachmentFile"),
     path("v1/uploads/<str:token>", views.Upload.as_view(), name="Upload"),
     path("v1/usage/reports", views.UsagePush.as_view(), name="UsagePush"),
+    path("v1/notifications/channels", notifications.Channels.as_view(), name="Channels"),
+    path("v1/notifications/channels/<str:channel>/test", notifications.ChannelTest.as_view(), name="ChannelTest"),
+    path("v1/notifications/webhooks", notifications.Webhooks.as_view(), name="Webhooks"),
+    path("v1/notifications/deliveries/<str:delivery>/retry", notifications.DeliveryRetry.as_view(), name="DeliveryRetry"),
+    path("v1/me/bindings", notifications.MyBindings.as_view(), name="MyBindings"),
+    path("v1/me/bindings/<str:binding>", notifications.MyBinding.as_view(), name="MyBinding"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),

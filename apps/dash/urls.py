@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.dash.views import connectors, invite, issues, oauth, org, queue
+from apps.dash.views import connectors, invite, issues, notifications, oauth, org, queue
 
 app_name = "dash"
 
@@ -49,4 +49,18 @@ urlpatterns = [
     path("org/switch/", org.org_switch, name="org_switch"),
     path("org/delete/", org.org_delete, name="org_delete"),
     path("invite/<str:code>/", invite.invite, name="invite"),
+    path("notifications/channels/", notifications.channels, name="notify_channels"),
+    path("notifications/channels/new/", notifications.channel_create, name="notify_channel_create"),
+    path("notifications/channels/<str:channel_id>/remove/", notifications.channel_remove, name="notify_channel_remove"),
+    path("notifications/channels/<str:channel_id>/test/", notifications.channel_test, name="notify_channel_test"),
+    path("notifications/bindings/", notifications.bindings, name="notify_bindings"),
+    path("notifications/bindings/new/", notifications.binding_create, name="notify_binding_create"),
+    path("notifications/bindings/<str:binding_id>/remove/", notifications.binding_remove, name="notify_binding_remove"),
+    path("notifications/mutes/", notifications.mute_toggle, name="notify_mute"),
+    path("notifications/dead/", notifications.dead_letters, name="notify_dead"),
+    path("notifications/deliveries/<str:delivery_id>/retry/", notifications.delivery_retry, name="notify_retry"),
+    path("notifications/webhooks/", notifications.webhooks, name="notify_webhooks"),
+    path("notifications/webhooks/new/", notifications.webhook_create, name="notify_webhook_create"),
+    path("notifications/webhooks/<str:webhook_id>/remove/", notifications.webhook_remove, name="notify_webhook_remove"),
+    path("n/approve/<str:token>/", notifications.approve, name="notify_approve"),
 ]

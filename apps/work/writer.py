@@ -5,7 +5,8 @@ installed at start-up, finishes the unit:
 
 1. before commit, the org row is locked (last, and briefly: nothing else is locked after
    it); the receipt chain advances by the recorded entries, credits are added and the
-   action is charged to the ledger, in the same locked update;
+   action is charged to the ledger, in the same locked update; just before, the
+   notifications' outbox rows are written (apps.notifications.events);
 2. the transaction commits;
 3. effective ranks of issues marked dirty are refreshed (own transaction, see
    apps.issues.ranking), then after-commit effects (live events, notifications) run.
@@ -35,6 +36,7 @@ from apps.core.unit import Unit
 from apps.intake import writeback
 from apps.issues.models import Activity
 from apps.issues.ranking import ranks_refresh
+from apps.notifications.events import outbox_write
 from apps.orgs.actor import Actor
 from apps.orgs.models import Org
 
@@ -102,6 +104,9 @@ class Writer:
         charging = unit.charge and self.billable(actor)
         if not unit.entries and not charging and not unit.credits:
             return
+        # The outbox rows of the action's notifications, in its transaction and before the
+        # org row lock (kept brief). Free when no receipt names a notifiable event.
+        outbox_write(unit)
         now = timezone.now()
         # Locked read-modify-write of the org's counters: the lock is what makes it safe,
         # and the values must be read to chain the hashes anyway.

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "apps.mcp",
     "apps.devices",
     "apps.intake",
+    "apps.notifications",
     "apps.hooks",
     "apps.ops",
 ]
@@ -268,6 +269,18 @@ RETASC_ORG_CREATE_PER_HOUR = env_int("RETASC_ORG_CREATE_PER_HOUR", 5, minimum=1,
 
 # Billing: meter always; enforce only when asked (hosted). Embedded default: meter only.
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
+
+# Notifications (apps.notifications). Base URLs of the chat providers' APIs: proxies, tests.
+RETASC_SLACK_API_URL = env_str("RETASC_SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/"
+RETASC_DISCORD_API_URL = env_str("RETASC_DISCORD_API_URL", "https://discord.com/api/v10").rstrip("/")
+RETASC_TELEGRAM_API_URL = env_str("RETASC_TELEGRAM_API_URL", "https://api.telegram.org").rstrip("/")
+# Outgoing webhooks never go to loopback or private addresses unless this is on.
+RETASC_WEBHOOK_ALLOW_PRIVATE = env_bool("RETASC_WEBHOOK_ALLOW_PRIVATE", False)
+# How often the delivery worker looks for due messages (it is also woken after commit).
+RETASC_NOTIFY_INTERVAL_SECONDS = env_int("RETASC_NOTIFY_INTERVAL_SECONDS", 5, minimum=1, maximum=3600)
+# A worker holds a delivery this long; if it dies mid-send, the delivery is sent again after.
+RETASC_NOTIFY_LEASE_SECONDS = env_int("RETASC_NOTIFY_LEASE_SECONDS", 120, minimum=1, maximum=3600)
+RETASC_NOTIFY_TIMEOUT_SECONDS = env_int("RETASC_NOTIFY_TIMEOUT_SECONDS", 10, minimum=1, maximum=120)
 
 # MCP at /mcp (apps.mcp). Largest accepted request body; larger ones get HTTP 413.
 # (The ASGI cap, RETASC_MAX_BODY_BYTES, applies first and answers in JSON; this one is

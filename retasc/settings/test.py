@@ -18,6 +18,7 @@ from retasc.settings.base import *  # noqa: E402,F403
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Off unless a test's live server asks for the in-process runner (RETASC_INPROCESS_JOBS=true).
 RETASC_INPROCESS_JOBS = env_bool("RETASC_INPROCESS_JOBS", False)  # noqa: F405
+RETASC_WEBHOOK_ALLOW_PRIVATE = True  # the fake receivers listen on 127.0.0.1
 LOGGING = logging_config(fmt=RETASC_LOG_FORMAT, level=os.environ.get("RETASC_LOG_LEVEL", "WARNING"))  # noqa: F405
 
 # The static root exists (empty) so WhiteNoise has a directory to serve from; without it

@@ -21,10 +21,15 @@ def test_beat_schedules_reclaim_and_escalation_from_code(settings):
         "reclaim expired leases": "apps.leases.tasks.reclaim_expired_task",
         "SLA escalation": "apps.issues.tasks.sla_escalate_task",
         "connector writeback": "apps.intake.tasks.writeback_task",
+        "deliver notifications": "apps.notifications.tasks.deliver_task",
+        "SLA breaching notices": "apps.notifications.tasks.sla_breaching_task",
     }
     schedule = app.conf.beat_schedule  # configures the app: the receiver has run
     assert {name: entry["task"] for name, entry in schedule.items()} == want
-    assert {entry["schedule"] for entry in schedule.values()} == {every}
+    assert {name: entry["schedule"] for name, entry in schedule.items()} == {
+        **dict.fromkeys(want, every),
+        "deliver notifications": settings.RETASC_NOTIFY_INTERVAL_SECONDS,
+    }
 
     fresh = Celery("check", set_as_current=False)
     setup_periodic_tasks(fresh)  # called directly, errors are not swallowed
@@ -37,7 +42,7 @@ def test_reclaim_task_and_inprocess_runner_write_the_receipt_once(world, clock):
     clock.advance(seconds=world.org.lease_ttl + 1)
 
     assert reclaim_expired_task.apply().get() == 1  # Celery task, run eagerly
-    assert jobs.run_once() == {"reclaimed": 0, "escalated": 0, "writebacks": 0}  # idempotent: nothing left
+    assert jobs.run_once() == {"reclaimed": 0, "escalated": 0, "writebacks": 0, "slaNotices": 0}  # idempotent: nothing left
 
     row = Issue.objects.get(pk=issue.pk)
     assert (row.status, row.reclaim_count, row.lease_claim_id) == ("todo", 1, None)
