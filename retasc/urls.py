@@ -3,6 +3,7 @@ from django.http import JsonResponse
 from django.urls import include, path
 
 from apps.devices.views import device as device_view
+from apps.hooks import stripe as stripe_hook
 from apps.mcp.views import well_known_mcp
 from retasc.health import health
 
@@ -16,7 +17,8 @@ urlpatterns = [
     ),  # /api/v1/, /api/schema/, /api/docs/; JSON 404 for the rest of /api/
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("device/", device_view, name="device"),  # retasc login: approve a CLI sign-in
+    path("device/", device_view, name="device"),
+    path("hooks/stripe", stripe_hook.webhook, name="hook-stripe"),  # card top-ups and refunds  # retasc login: approve a CLI sign-in
     path("", include("apps.dash.urls")),  # the Dash (HTML); keep last
 ]
 

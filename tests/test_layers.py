@@ -21,7 +21,7 @@ LAYERS = [
     ("domains", ["apps.orgs", "apps.issues", "apps.leases", "apps.billing", "apps.intake", "apps.notifications"]),
     ("unit of work", ["apps.work"]),
     ("tool facade", ["apps.tools"]),
-    ("interfaces", ["apps.mcp", "apps.api", "apps.dash", "apps.accounts", "apps.devices", "apps.ops"]),
+    ("interfaces", ["apps.mcp", "apps.api", "apps.dash", "apps.accounts", "apps.devices", "apps.ops", "apps.hooks"]),
     ("composition root", ["retasc"]),
 ]
 

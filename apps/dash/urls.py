@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.dash.views import invite, issues, org, queue
+from apps.dash.views import billing, invite, issues, org, queue
 
 app_name = "dash"
 
@@ -41,6 +41,10 @@ urlpatterns = [
     path("org/keys/new/", org.key_mint, name="key_mint"),
     path("org/keys/<int:key_id>/rotate/", org.key_rotate, name="key_rotate"),
     path("org/keys/<int:key_id>/revoke/", org.key_revoke, name="key_revoke"),
+    path("org/billing/", billing.billing, name="billing"),
+    path("org/billing/cap/", billing.billing_cap, name="billing_cap"),
+    path("org/billing/ledger.csv", billing.billing_ledger_csv, name="billing_ledger_csv"),
+    path("org/billing/topup/", billing.billing_topup, name="billing_topup"),
     path("org/switch/", org.org_switch, name="org_switch"),
     path("invite/<str:code>/", invite.invite, name="invite"),
 ]

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "apps.mcp",
     "apps.devices",
     "apps.intake",
+    "apps.hooks",
 ]
 
 MIDDLEWARE = [
@@ -229,6 +230,14 @@ RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECON
 
 # Billing: meter always; enforce only when asked (hosted). Embedded default: meter only.
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
+# Card top-ups through Stripe Checkout (apps.billing.stripe_api), on only with a secret
+# key; the webhook (POST /hooks/stripe) only with its endpoint secret. The API base is
+# overridable so tests talk to a fake on the loopback.
+RETASC_STRIPE_SECRET_KEY = env_str("RETASC_STRIPE_SECRET_KEY")
+RETASC_STRIPE_WEBHOOK_SECRET = env_str("RETASC_STRIPE_WEBHOOK_SECRET")
+RETASC_STRIPE_API_URL = env_str("RETASC_STRIPE_API_URL", "https://api.stripe.com").rstrip("/")
+if not RETASC_STRIPE_API_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"RETASC_STRIPE_API_URL must be an http:// or https:// URL, not {RETASC_STRIPE_API_URL!r}.")
 
 # MCP at /mcp (apps.mcp). Largest accepted request body; larger ones get HTTP 413.
 RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=64 * 1024)

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from apps.dash import markdown
+from apps.dash import charts, markdown
 
 register = template.Library()
 
@@ -128,3 +128,11 @@ def changed_items(changes):
             before, after = None, change
         out.append((name, before, after))
     return out
+
+
+@register.filter
+def usd(micros, places=2):
+    """Micro-dollars as dollars: ``{{ row.amountMicros|usd:4 }}``."""
+    if micros is None or micros == "":
+        return ""
+    return charts.usd(int(micros), int(places))
