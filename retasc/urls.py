@@ -18,7 +18,9 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("device/", device_view, name="device"),
-    path("hooks/stripe", stripe_hook.webhook, name="hook-stripe"),  # card top-ups and refunds  # retasc login: approve a CLI sign-in
+    path(
+        "hooks/stripe", stripe_hook.webhook, name="hook-stripe"
+    ),  # card top-ups and refunds  # retasc login: approve a CLI sign-in
     path("", include("apps.dash.urls")),  # the Dash (HTML); keep last
 ]
 

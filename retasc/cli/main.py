@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from retasc import __version__
-from retasc.cli import auth, bind, config, doctor, export, issues, keys, members, projects
+from retasc.cli import auth, billing, bind, config, doctor, export, issues, keys, members, projects
 from retasc.cli.output import State, err
 
 app = typer.Typer(
@@ -74,6 +74,7 @@ app.add_typer(members.members_app, name="members")
 app.add_typer(keys.key_app, name="key")
 app.add_typer(projects.project_app, name="project")
 app.add_typer(issues.issue_app, name="issue")
+app.add_typer(billing.billing_app, name="billing")
 
 
 def main() -> None:

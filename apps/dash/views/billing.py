@@ -72,7 +72,8 @@ def _cap_micros(request) -> int | None:
         dollars = Decimal(raw)
     except InvalidOperation:
         raise invalid("cap", _("The monthly cap is an amount in dollars, e.g. 50.")) from None
-    if not dollars.is_finite() or dollars < 0 or dollars != dollars.quantize(Decimal("0.000001")):
+    # The service checks the range; this only turns dollars into whole micro-dollars.
+    if not dollars.is_finite() or abs(dollars) > services.MAX_CAP_MICROS or dollars != round(dollars, 6):
         raise invalid("cap", _("The monthly cap is an amount in dollars, e.g. 50."))
     return int(dollars * 1_000_000)
 
