@@ -122,3 +122,28 @@ class FakeStripe(FakeServer):
             "created": int(time.time()),
             "data": {"object": charge},
         }
+
+
+def paid_session_event(session_id: str, org_slug: str, cents: int, *, event_id: str | None = None) -> dict:
+    """A ``checkout.session.completed`` event for a paid session made elsewhere (races
+    build many without a round trip to the fake)."""
+    return {
+        "id": event_id or f"evt_{session_id}_completed",
+        "object": "event",
+        "type": "checkout.session.completed",
+        "created": int(time.time()),
+        "data": {
+            "object": {
+                "id": session_id,
+                "object": "checkout.session",
+                "mode": "payment",
+                "status": "complete",
+                "payment_status": "paid",
+                "amount_total": cents,
+                "currency": "usd",
+                "client_reference_id": org_slug,
+                "metadata": {"org": org_slug},
+                "payment_intent": f"pi_{session_id}",
+            }
+        },
+    }
