@@ -211,6 +211,12 @@ def _usd(micros: int) -> str:
     return f"{sign}{whole}.{frac:06d}"
 
 
+def _cell(text: str) -> str:
+    # Free text (a runtime, a note, an address) that a spreadsheet would run as a formula
+    # is written as text.
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def ledger_csv(*, actor: Actor, key=None, runtime=None, tier=None):
     """The filtered ledger as CSV, newest first: a generator of text chunks, read from the
     database in batches so memory stays flat whatever its length. Amounts in dollars with
@@ -226,15 +232,14 @@ def ledger_csv(*, actor: Actor, key=None, runtime=None, tier=None):
             writer.writerow(
                 [
                     shape["at"],
-                    shape["action"],
+                    _cell(shape["action"]),
                     shape["tier"],
                     _usd(row.amount_micros),
                     _usd(row.balance_after_micros),
-                    shape["key"] or "",
-                    shape["runtime"] or "",
-                    shape["principal"] or "",
-                    # A cell a spreadsheet would run as a formula is quoted as text.
-                    ("'" + row.note) if row.note[:1] in ("=", "+", "-", "@") else row.note,
+                    _cell(shape["key"] or ""),
+                    _cell(shape["runtime"] or ""),
+                    _cell(shape["principal"] or ""),
+                    _cell(row.note),
                 ]
             )
             if n % 500 == 0:

@@ -102,10 +102,15 @@ def test_csv_download_streams_the_filtered_ledger(dash):
     assert rows[1][5:7] == [w.b.key.prefix, "codex"]
 
 
-def test_csv_quotes_a_note_a_spreadsheet_would_run(dash):
+def test_csv_quotes_text_a_spreadsheet_would_run(dash):
     credit_grant(org=dash.w.org, amount_micros=1_000_000, note='=HYPERLINK("http://x")')
-    body = b"".join(dash.owner.get("/org/billing/ledger.csv?tier=credit").streaming_content).decode()
-    assert "'=HYPERLINK" in body
+    odd = make_agent(dash.w.org, dash.w.owner, dash.w.project, runtime="@SUM(1)").actor
+    label_save(actor=odd, name="odd")
+    body = b"".join(dash.owner.get("/org/billing/ledger.csv").streaming_content).decode()
+    rows = list(csv.reader(io.StringIO(body)))
+    assert '\'=HYPERLINK("http://x")' in [r[8] for r in rows]
+    assert "'@SUM(1)" in [r[6] for r in rows]
+    assert not any(cell[:1] in ("=", "+", "@") for r in rows[1:] for cell in r)
 
 
 def test_cap_form_sets_and_clears_with_a_receipt_each(dash):
