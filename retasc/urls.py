@@ -8,6 +8,7 @@ from django.views.generic.base import RedirectView
 
 from apps.accounts.admin_login import admin_login
 from apps.devices.views import device as device_view
+from apps.hooks import stripe as stripe_hook
 from apps.mcp.views import well_known_mcp
 from apps.ops.views import metrics_view
 from retasc.health import health
@@ -22,6 +23,7 @@ urlpatterns = [
     path(
         ".well-known/mcp.json", well_known_mcp, name="mcp-well-known"
     ),  # /api/v1/, /api/schema/, /api/docs/; JSON 404 for the rest of /api/
+    path("hooks/stripe", stripe_hook.webhook, name="hook-stripe"),  # card top-ups and refunds
     path("hooks/", include("apps.hooks.urls")),  # inbound webhooks (signature-verified, no session)
     path("accounts/", include("allauth.urls")),
     path("i18n/", include("django.conf.urls.i18n")),

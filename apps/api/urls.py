@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from apps.api import notifications, views
+from apps.api import billing, notifications, views
 from apps.api.errors import api_not_found
 
 app_name = "api"
@@ -11,6 +11,10 @@ urlpatterns = [
         path(f"v1/{route}", views.build_view(name, route, methods).as_view(), name=name)
         for route, (name, methods) in views.ROUTES.items()
     ],
+    path("v1/billing/cap", billing.Cap.as_view(), name="BillingCap"),
+    path("v1/billing/ledger", billing.Ledger.as_view(), name="BillingLedger"),
+    path("v1/billing/ledger.csv", billing.LedgerCsv.as_view(), name="BillingLedgerCsv"),
+    path("v1/billing/topups", billing.Topups.as_view(), name="BillingTopups"),
     path("v1/attachments/<str:attachment>/file", views.AttachmentFile.as_view(), name="AttachmentFile"),
     path("v1/uploads/<str:token>", views.Upload.as_view(), name="Upload"),
     path("v1/usage/reports", views.UsagePush.as_view(), name="UsagePush"),

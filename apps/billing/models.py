@@ -71,3 +71,36 @@ class RuntimeUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.runtime} {self.day} {self.model} ({self.key_id})"
+
+
+class TopUp(models.Model):
+    """A paid Stripe Checkout session: what it credited and how much was refunded since.
+
+    Refunds find their top-up through the payment intent (a refunded charge names it),
+    and ``refunded_micros`` turns Stripe's cumulative ``amount_refunded`` into the one
+    negative entry each refund event owes.
+    """
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="topups")
+    session_id = models.CharField(max_length=255, unique=True)
+    payment_intent = models.CharField(max_length=255, blank=True, db_index=True)
+    amount_micros = models.BigIntegerField()
+    refunded_micros = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.amount_micros} µ$"
+
+
+class StripeEvent(models.Model):
+    """A Stripe webhook event already applied. The unique event id is written in the same
+    transaction as the ledger entry it caused, so a redelivered event credits nothing."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=80)
+    org = models.ForeignKey("orgs.Org", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    amount_micros = models.BigIntegerField(default=0)  # what it moved on the ledger (refunds negative)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.event_id}"

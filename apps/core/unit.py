@@ -38,9 +38,10 @@ class _Entry:
 
 @dataclass
 class _Credit:
-    amount_micros: int
+    amount_micros: int  # positive adds credit; negative (a correction, a refund) takes it back
     note: str
     principal_id: int | None = None
+    action: str = "credit"
 
 
 @dataclass
@@ -61,9 +62,17 @@ class Unit:
         subject = issue if hasattr(issue, "pk") else None
         self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier, origin, subject))
 
-    def credit(self, amount_micros: int, *, note: str, principal_id=None) -> None:
-        """Add credit to the org's balance, in this transaction, with a ledger entry."""
-        self.credits.append(_Credit(amount_micros, note, principal_id))
+    def credit(self, amount_micros: int, *, note: str, principal_id=None, action: str = "credit") -> None:
+        """Add credit to the org's balance, in this transaction, with a ledger entry.
+
+        ``action`` names the ledger row (``credit``, ``topup``, ``refund``,
+        ``correction``). The amount is signed: a negative one is a debit that is not a
+        charge (a staff correction, a card refund); it may take the balance below zero,
+        which blocks dispatch like an empty balance does. It never counts as spend.
+        """
+        if isinstance(amount_micros, bool) or not isinstance(amount_micros, int) or amount_micros == 0:
+            raise ValueError("a credit is a non-zero whole number of micro-dollars")
+        self.credits.append(_Credit(amount_micros, note, principal_id, action))
 
     def rank_dirty(self, issue_id) -> None:
         self.dirty_ranks.add(issue_id)

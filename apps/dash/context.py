@@ -12,6 +12,7 @@ from django.utils import timezone
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.accounts.session import SESSION_INVITE, current_org, memberships_of
+from apps.billing.selectors import billing_banner
 from apps.core.errors import ServiceError
 from apps.orgs.services import actor_for_human
 
@@ -64,4 +65,7 @@ def dash(request) -> dict:
         "is_owner": actor.is_owner,
         "my_orgs": memberships_of(request.user),
         "live_url": "/ws/org/",
+        # Owners see why agents are refused when billing blocks (no query: the org row
+        # is already loaded, prices are cached).
+        "billing_banner": billing_banner(actor=actor),
     }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.dash.views import connectors, invite, issues, notifications, oauth, org, queue
+from apps.dash.views import billing, connectors, invite, issues, notifications, oauth, org, queue
 
 app_name = "dash"
 
@@ -46,6 +46,10 @@ urlpatterns = [
     path("org/connectors/", connectors.connectors, name="connectors"),
     path("org/connectors/new/", connectors.connector_create, name="connector_create"),
     path("org/connectors/<str:connector_id>/revoke/", connectors.connector_revoke, name="connector_revoke"),
+    path("org/billing/", billing.billing, name="billing"),
+    path("org/billing/cap/", billing.billing_cap, name="billing_cap"),
+    path("org/billing/ledger.csv", billing.billing_ledger_csv, name="billing_ledger_csv"),
+    path("org/billing/topup/", billing.billing_topup, name="billing_topup"),
     path("org/switch/", org.org_switch, name="org_switch"),
     path("org/delete/", org.org_delete, name="org_delete"),
     path("invite/<str:code>/", invite.invite, name="invite"),

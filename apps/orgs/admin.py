@@ -24,7 +24,18 @@ class MembershipInline(admin.TabularInline):
 class OrgAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "balance_micros", "monthly_cap_micros", "activity_seq", "created_at", "deleted_at"]
     search_fields = ["slug", "name"]
-    readonly_fields = ["id", "activity_seq", "chain_head", "spend_month", "spend_month_micros", "created_at"]
+    # The balance moves only through ledger entries (the billing admin's "Grant credit" and
+    # "Correct balance" actions), and the cap through the owner's receipts: never typed in.
+    readonly_fields = [
+        "id",
+        "activity_seq",
+        "chain_head",
+        "balance_micros",
+        "monthly_cap_micros",
+        "spend_month",
+        "spend_month_micros",
+        "created_at",
+    ]
     inlines = [MembershipInline]
 
 

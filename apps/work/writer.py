@@ -29,9 +29,9 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.billing import pricing
+from apps.billing.blocks import billing_refusal
 from apps.billing.models import LedgerEntry
 from apps.core import chain, events, sql
-from apps.core.errors import ServiceError
 from apps.core.unit import Unit
 from apps.intake import writeback
 from apps.issues.models import Activity
@@ -72,20 +72,10 @@ def _month(now) -> str:
 
 def check_limits(org, action: str, amount: int, now) -> None:
     if org.balance_micros < amount:
-        raise ServiceError(
-            "BILLING_INACTIVE",
-            "The org's credit is used up; reads, heartbeat, checkpoint and release still work.",
-            tell_human="Add credit to the org (Dash > Billing) to resume dispatch.",
-            ask_human="The org is out of credit; can you add some in the Dash (Billing) so I can keep working?",
-        )
+        raise billing_refusal("BILLING_INACTIVE")
     spent = org.spend_month_micros if org.spend_month == _month(now) else 0
     if org.monthly_cap_micros is not None and spent + amount > org.monthly_cap_micros:
-        raise ServiceError(
-            "MONTHLY_CAP_REACHED",
-            "The org's monthly spend cap is reached; reads, heartbeat, checkpoint and release still work.",
-            tell_human="Raise the monthly cap (Dash > Billing) or wait for next month.",
-            ask_human="The org reached its monthly spend cap; can you raise it in the Dash (Billing)?",
-        )
+        raise billing_refusal("MONTHLY_CAP_REACHED")
 
 
 class Writer:
@@ -150,8 +140,8 @@ class Writer:
                     "org_id": org.pk,
                     "key_id": None,
                     "principal_id": credit.principal_id,
-                    "action": "credit",
-                    "tier": "credit",
+                    "action": credit.action,
+                    "tier": "credit",  # credits of every kind share this tier: never spend
                     "amount_micros": credit.amount_micros,
                     "balance_after_micros": balance,
                     "note": credit.note[:200],

@@ -13,7 +13,22 @@ import typer
 from rich.markup import escape
 
 from retasc import __version__
-from retasc.cli import auth, bind, config, connectors, doctor, export, issue_write, issues, keys, members, projects, stdio, usage
+from retasc.cli import (
+    auth,
+    billing,
+    bind,
+    config,
+    connectors,
+    doctor,
+    export,
+    issue_write,
+    issues,
+    keys,
+    members,
+    projects,
+    stdio,
+    usage,
+)
 from retasc.cli.output import State, err
 
 app = typer.Typer(
@@ -79,6 +94,7 @@ issues.issue_app.add_typer(issue_write.dep_app, name="dep")
 app.add_typer(issues.issue_app, name="issue")
 app.add_typer(usage.usage_app, name="usage")
 app.add_typer(connectors.connector_app, name="connector")
+app.add_typer(billing.billing_app, name="billing")
 
 
 def main() -> None:

@@ -269,6 +269,14 @@ RETASC_ORG_CREATE_PER_HOUR = env_int("RETASC_ORG_CREATE_PER_HOUR", 5, minimum=1,
 
 # Billing: meter always; enforce only when asked (hosted). Embedded default: meter only.
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
+# Card top-ups through Stripe Checkout (apps.billing.stripe_api), on only with a secret
+# key; the webhook (POST /hooks/stripe) only with its endpoint secret. The API base is
+# overridable so tests talk to a fake on the loopback.
+RETASC_STRIPE_SECRET_KEY = env_str("RETASC_STRIPE_SECRET_KEY")
+RETASC_STRIPE_WEBHOOK_SECRET = env_str("RETASC_STRIPE_WEBHOOK_SECRET")
+RETASC_STRIPE_API_URL = env_str("RETASC_STRIPE_API_URL", "https://api.stripe.com").rstrip("/")
+if not RETASC_STRIPE_API_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"RETASC_STRIPE_API_URL must be an http:// or https:// URL, not {RETASC_STRIPE_API_URL!r}.")
 
 # Notifications (apps.notifications). Base URLs of the chat providers' APIs: proxies, tests.
 RETASC_SLACK_API_URL = env_str("RETASC_SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/"

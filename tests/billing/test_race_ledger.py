@@ -4,7 +4,8 @@ Many agents act at once with enforcement on: every charge is one ledger row, the
 sum to exactly what was done, the balance moves by exactly that, and each row's
 balance-after continues the previous one. With little credit left, racing agents never
 drive the balance below zero, and the actions that do not fit are refused with
-BILLING_INACTIVE and leave nothing behind.
+BILLING_INACTIVE and leave nothing behind. Card top-ups landing (each delivered twice, at
+once) during heavy metering are credited exactly once each, in the same continuous ledger.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from apps.issues.services import comment_create, label_save
 from apps.leases.services import check_claim, checkpoint, heartbeat, next_issue
 from apps.orgs.models import Org
 from tests.conftest import is_postgres, make_agent, new_issue
+from tests.fakes.stripe import WEBHOOK_SECRET, paid_session_event, signed
 from tests.leases.test_race import race
 
 pytestmark = pytest.mark.slow
@@ -185,4 +187,55 @@ def test_racing_agents_stop_exactly_at_the_monthly_cap(tworld, enforcing):
     assert org.spend_month_micros == 1000 + 3 * work
     assert org.balance_micros == 10_000_000 - 3 * work
     assert Comment.objects.filter(issue=target).count() == comments_before + 3
+    assert verify_org(org) is None
+
+
+def test_top_ups_landing_during_heavy_metering_keep_the_ledger_exact(tworld, enforcing, settings):
+    # Given: agents that will each do rounds of charged work, and card top-ups whose
+    # events each arrive twice at the same moment (Stripe retries; two web processes).
+    from django.test import Client
+
+    settings.RETASC_STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    workers, each, topups = (16, 4, 6) if is_postgres() else (4, 2, 2)
+    agents = _agents(tworld, workers)
+    org = Org.objects.get(pk=tworld.org.pk)
+    start = org.balance_micros
+    since = LedgerEntry.objects.filter(org_id=org.pk).order_by("-pk").values_list("pk", flat=True).first()
+    seq_before = org.activity_seq
+    work, bookkeeping = pricing.price_of(Tier.WORK), pricing.price_of(Tier.BOOKKEEPING)
+    charges = workers * each * (work + bookkeeping)
+    assert charges < start  # nothing is refused: every amount below is exact
+    cents = [1000, 2500, 5000, 10000] * topups
+    events = [paid_session_event(f"cs_race_{n}", org.slug, cents[n]) for n in range(topups)]
+    credited = sum(cents[:topups]) * 10_000
+    deliveries = [events[n // 2] for n in range(2 * topups)]  # every event twice
+
+    def act(i):
+        if i < workers:
+            for k in range(each):
+                new_issue(agents[i], f"T{i}.{k}")  # work tier
+                label_save(actor=agents[i], name=f"l-{i}-{k}")  # bookkeeping tier
+            return None
+        body, headers = signed(deliveries[i - workers])
+        response = Client().post("/hooks/stripe", data=body, content_type="application/json", headers=headers)
+        return response.status_code, response.json()["status"]
+
+    # When: all of them at once.
+    results, errors = race(workers + 2 * topups, act)
+
+    # Then: each event credited once (the twin delivery was a duplicate), each charge once,
+    # the balance moved by exactly credits minus charges, and the ledger is continuous.
+    assert not errors, f"{len(errors)} thread(s) failed; first:\n{errors[0][2]}" if errors else ""
+    answers = sorted(r for r in results[workers:])
+    assert answers == sorted([(200, "applied")] * topups + [(200, "duplicate")] * topups)
+    rows = LedgerEntry.objects.filter(org_id=org.pk, pk__gt=since)
+    assert rows.filter(action="topup").count() == topups
+    assert rows.filter(action="topup").aggregate(t=Sum("amount_micros"))["t"] == credited
+    assert rows.exclude(action="topup").count() == workers * each * 2
+    assert rows.exclude(action="topup").aggregate(t=Sum("amount_micros"))["t"] == -charges
+    org.refresh_from_db()
+    assert org.balance_micros == start + credited - charges
+    assert _assert_ledger_continuous(org.pk, since, start) == org.balance_micros
+    # One receipt per issue created and label saved, and one per top-up.
+    assert org.activity_seq == seq_before + workers * each * 2 + topups
     assert verify_org(org) is None

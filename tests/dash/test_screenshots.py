@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, start
+from tests.dash.live import CHROMIUM, CHROMIUM_ARGS
+from tests.live import start_daphne
 
 OUT = os.environ.get("RETASC_SCREENSHOTS_DIR")
 pytestmark = [
@@ -139,7 +140,33 @@ def seed():
         actor=a_li, issue=i1.identifier, url="https://example.com/grafana/search-p99", title="Search p99 dashboard"
     )
     invite_create(actor=human, expires_days=7)
+    seed_billing(org, human, [a_maya, a_li, a_sam, a_ci])
     return maya, org
+
+
+def seed_billing(org, human, agents):
+    """A month of metering for the billing page: real charged actions, then their ledger
+    rows spread over the last 30 days (a picture of a month; the order of rows is kept)."""
+    from django.contrib.auth import get_user_model
+
+    from apps.billing.models import LedgerEntry
+    from apps.billing.services import billing_cap_set, credit_grant
+    from apps.issues import services as issues
+    from apps.leases import services as leases
+
+    staff = get_user_model().objects.create_superuser("support@retasc.dev", "support@retasc.dev", "pw-support-1")
+    credit_grant(org=org, amount_micros=40_000_000, note="Pilot credit", principal_id=staff.pk)
+    for day in range(30):
+        for n, actor in enumerate(agents):
+            for k in range((day * 7 + n * 3) % 5 + (2 if n == 0 else 1)):
+                issues.label_save(actor=actor, name=f"d{day}-{n}-{k}")
+                if (day + k) % 3 == 0:
+                    leases.next_issue(actor=actor)  # often nothing to claim: a plumbing read
+    rows = list(LedgerEntry.objects.filter(org=org, tier__in=["dispatch", "work", "bookkeeping", "plumbing"]).order_by("pk"))
+    now, span = timezone.now(), timedelta(days=29, hours=20)
+    for i, row in enumerate(rows):
+        LedgerEntry.objects.filter(pk=row.pk).update(created_at=now - span * (len(rows) - i) / len(rows))
+    billing_cap_set(actor=human, cap_micros=25_000_000)
 
 
 def test_screenshots(transactional_db, tmp_path):
@@ -154,7 +181,10 @@ def test_screenshots(transactional_db, tmp_path):
     client.force_login(maya)
     assert client.get("/queue/").status_code == 200
     cookie = client.cookies["sessionid"].value
-    server = start(tmp_path)
+    # A (fake) Stripe key so the billing page shows its top-up buttons; nothing is paid.
+    server = start_daphne(
+        tmp_path, drop_env=("REDIS_URL",), RETASC_EMAIL_VERIFICATION="optional", RETASC_STRIPE_SECRET_KEY="sk_test_screenshots"
+    )
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -182,6 +212,7 @@ def test_screenshots(transactional_db, tmp_path):
             shot(page, "/fleet/", "fleet-usage", full=True)
             shot(page, "/issues/API-1/", "issue", full=True)
             shot(page, "/org/members/", "members")
+            shot(page, "/org/billing/", "billing")
             page.goto("/org/keys/")
             page.fill("#key-mint input[name=label]", "new laptop")
             page.click("#key-mint button[type=submit]")

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from apps.dash import markdown
+from apps.dash import charts, markdown
 from apps.issues.handoff import fields as handoff_fields
 
 register = template.Library()
@@ -135,3 +135,11 @@ def changed_items(changes):
 def handoff(note):
     """A structured checkpoint's fields ({done, next, gotchas, branch}), or None for free text."""
     return handoff_fields(note)
+
+
+@register.filter
+def usd(micros, places=2):
+    """Micro-dollars as dollars: ``{{ row.amountMicros|usd:4 }}``."""
+    if micros is None or micros == "":
+        return ""
+    return charts.usd(int(micros), int(places))

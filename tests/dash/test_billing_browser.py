@@ -1,0 +1,101 @@
+"""The billing page in a real browser (Playwright driving Debian's Chromium) against a
+live Daphne: the numbers, the chart drawn, the cap form set and cleared, the ledger filter."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.test import Client
+
+from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, start
+
+pytestmark = [pytest.mark.slow]
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None:
+    pytestmark.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
+elif not CHROMIUM.exists():
+    pytestmark.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+
+
+@pytest.fixture
+def page(tworld, tmp_path):
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop runs on this thread
+    client = Client()
+    client.force_login(tworld.owner)
+    assert client.get("/org/billing/").status_code == 200  # the session points at the org
+    server = start(tmp_path)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            context = browser.new_context(base_url=server.base, viewport={"width": 1400, "height": 900}, locale="en-US")
+            context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.base}])
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            yield page
+            browser.close()
+    finally:
+        server.stop()
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def test_billing_page_chart_and_cap_form(tworld, page):
+    from apps.issues.services import label_save
+    from apps.orgs.models import Org
+
+    for name in ("a", "b", "c"):
+        label_save(actor=tworld.a, name=name)
+    label_save(actor=tworld.b, name="d")
+    balance = Org.objects.get(pk=tworld.org.pk).balance_micros
+
+    page.goto("/org/billing/")
+    expect(page.locator("#balance")).to_have_text(f"${balance / 1_000_000:,.2f}")
+    # The chart is drawn: today's stacked bar has a segment per runtime, with a title.
+    chart = page.locator("#spend-chart")
+    expect(chart).to_be_visible()
+    assert chart.bounding_box()["width"] > 300
+    expect(chart.locator("rect.bar[data-runtime='claude-code']")).to_have_count(1)
+    expect(chart.locator("rect.bar[data-runtime='codex']")).to_have_count(1)
+    expect(page.locator("#runtime-chart rect.bar")).to_have_count(2)
+
+    # The cap form: set $50, then clear it; each is a receipt.
+    page.fill("#cap-form input[name=cap]", "50")
+    page.click("#cap-form button[name=set]")
+    expect(page.locator(".alert.success")).to_contain_text("Monthly cap set to $50.00.")
+    expect(page.locator("#cap-value")).to_have_text("$50.00")
+    assert Org.objects.get(pk=tworld.org.pk).monthly_cap_micros == 50_000_000
+    page.click("#cap-clear")
+    expect(page.locator(".alert.success")).to_contain_text("Monthly cap cleared.")
+    assert Org.objects.get(pk=tworld.org.pk).monthly_cap_micros is None
+
+    # A bad cap is one clear sentence, and nothing changed.
+    page.fill("#cap-form input[name=cap]", "lots")
+    page.click("#cap-form button[name=set]")
+    expect(page.locator("#error")).to_contain_text("INVALID_ARGUMENT")
+    assert Org.objects.get(pk=tworld.org.pk).monthly_cap_micros is None
+
+    # The ledger filter by runtime.
+    page.goto("/org/billing/")
+    page.select_option("#ledger-filter select[name=runtime]", "codex")
+    page.click("#ledger-filter button[type=submit]")
+    expect(page.locator("#ledger-table tbody tr")).to_have_count(1)
+    expect(page.locator("#ledger-table tbody tr")).to_contain_text("save_label")
+
+    # On a phone: nothing on the billing page itself runs past the screen (the ledger table
+    # and the org tabs scroll inside their own boxes). (The shared top bar is another matter.)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto("/org/billing/")
+    wide = page.evaluate(
+        "[...document.querySelectorAll('main *')].filter(e => !e.parentElement.closest('.table-scroll, .tabs'))"
+        ".filter(e => e.getBoundingClientRect().right > 391).map(e => e.tagName + '#' + e.id + '.' + e.className)"
+    )
+    assert wide == []
