@@ -8,7 +8,7 @@ from django.utils import timezone
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.formats import iso
 from apps.orgs.actor import Actor
-from apps.orgs.models import AgentKey, Invite, Membership, Org, Project
+from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, SavedFilter
 
 
 def whoami(*, actor: Actor) -> dict:
@@ -121,3 +121,10 @@ def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) ->
     if membership is None:
         raise invalid(field, f"{text!r} is not a member of this org.")
     return membership.user_id
+
+
+def saved_filters_for(*, actor: Actor) -> list[SavedFilter]:
+    """The acting member's saved filters, by name. Nobody else's: not even an owner's view."""
+    if actor.principal_id is None:
+        return []
+    return list(SavedFilter.objects.filter(org_id=actor.org.pk, user_id=actor.principal_id).order_by("name"))
