@@ -435,7 +435,7 @@ def issue_bulk_update(
     entry and does not stop the others. Returns ``[{identifier, ok, error}]`` in order.
 
     The request itself is refused whole (nothing written) when it names no issue, more
-    than ``inputs.MAX_ITEMS`` (50), or no change.
+    than ``inputs.MAX_ITEMS`` (50), no change, or a bad status or priority.
     """
     idents = list(dict.fromkeys(i.upper() for i in inputs.string_list(identifiers, "identifiers", item_limit=40)))
     if not idents:
@@ -453,6 +453,11 @@ def issue_bulk_update(
     }
     if not changes:
         raise invalid("changes", "Choose a change to apply: status, priority, labels or lane.")
+    # The change itself is checked once, up front: a bad value refuses the whole request.
+    if "priority" in changes:
+        inputs.priority(changes["priority"])
+    if "status" in changes and changes["status"] not in Status.values:
+        raise invalid("status", f"Unknown status {changes['status']!r}; use one of {', '.join(Status.values)}.")
     results = []
     for identifier in idents:
         try:
