@@ -82,6 +82,7 @@
   }
   function typing(target) {
     var tag = (target && target.tagName) || "";
+    if (tag === "INPUT" && (target.type === "checkbox" || target.type === "radio")) { return false; }  // keys still move
     return tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA" || (target && target.isContentEditable);
   }
 
