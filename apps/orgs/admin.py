@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias
+from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias, SavedFilter
 
 
 class MembershipInline(admin.TabularInline):
@@ -59,3 +59,13 @@ class ProjectAliasAdmin(admin.ModelAdmin):
     list_display = ["prefix", "project", "org", "created_at"]
     search_fields = ["prefix", "org__slug", "project__prefix"]
     raw_id_fields = ["org", "project"]
+
+
+@admin.register(SavedFilter)
+class SavedFilterAdmin(admin.ModelAdmin):
+    # The query is sealed (it may hold search words): staff see the name and owner only.
+    list_display = ["name", "user", "org", "updated_at"]
+    search_fields = ["name", "user__email", "org__slug"]
+    raw_id_fields = ["user", "org"]
+    fields = ["name", "user", "org"]
+    readonly_fields = ["name", "user", "org"]
