@@ -23,6 +23,7 @@ install: $(STAMP)
 ## Run the server in the embedded mode: migrations, a demo org, then Daphne.
 run: install
 	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py relink_chains
 	$(BIN)/python manage.py bootstrap --org Demo --project DEMO --email $(DEMO_EMAIL) --reuse-key $(if $(NEW_KEY),--new-key)
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/daphne -b $(HOST) -p $(PORT) retasc.asgi:application
@@ -30,6 +31,7 @@ run: install
 ## Daphne only (no demo bootstrap).
 serve: install
 	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py relink_chains
 	$(BIN)/daphne -b $(HOST) -p $(PORT) retasc.asgi:application
 
 ## The whole test suite (SQLite unless DATABASE_URL is set).

@@ -466,7 +466,7 @@ def _seed_main(argv) -> None:
 
 
 def _seed_activity(org, user, count: int) -> dict:
-    """Append ``count`` receipts exactly as apps.work.writer would (sealed changes, hashes)."""
+    """Append ``count`` receipts exactly as apps.work.writer would (sealed changes, keyed links, the head file)."""
     from django.db import transaction
     from django.utils import timezone
 
@@ -476,6 +476,7 @@ def _seed_activity(org, user, count: int) -> dict:
 
     t0 = time.monotonic()
     done = 0
+    key = chain.chain_key(org.pk)
     while done < count:
         step = min(5000, count - done)
         with transaction.atomic():
@@ -496,6 +497,7 @@ def _seed_activity(org, user, count: int) -> dict:
                 )
                 row.changes = {"note": [None, f"bench receipt {seq}"]}
                 row.hash = chain.link_hash(
+                    key,
                     head,
                     chain.canonical(
                         org_id=org.pk,
@@ -513,6 +515,7 @@ def _seed_activity(org, user, count: int) -> dict:
                 rows.append(row)
             Activity.objects.bulk_create(rows)
             Org.objects.filter(pk=org.pk).update(activity_seq=seq, chain_head=head)
+        chain.write_anchor(org.pk, seq, head)  # after commit, as the writer does
         done += step
     return {"entries": count, "seconds": round(time.monotonic() - t0, 1)}
 

@@ -16,7 +16,7 @@ def health(request):
         checks["database"] = "unavailable"
     if settings.REDIS_URL:
         try:
-            import redis
+            import redis  # deferred: only when Redis is configured (the embedded mode has none)
 
             redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2).ping()
             checks["redis"] = "ok"

@@ -16,7 +16,7 @@ def generated_secret(data_dir: Path, filename: str, *, what: str, make=None) -> 
     path = data_dir / filename
     if path.exists():
         return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     value = make() if make else secrets.token_urlsafe(50)
     # O_EXCL: two processes starting at once must not write two different keys.
     try:

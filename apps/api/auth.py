@@ -89,5 +89,7 @@ class KeyRateThrottle(throttling.SimpleRateThrottle):
         actor = request.auth
         if not isinstance(actor, Actor):
             return None
-        ident = f"key:{actor.key_id}" if actor.key_id else f"user:{actor.principal_id}"
+        # A session key spends its parent's budget (SPEC §2): one key plus its sessions
+        # share one rate.
+        ident = f"key:{actor.limit_key_id}" if actor.key_id else f"user:{actor.principal_id}"
         return self.cache_format % {"ident": ident}

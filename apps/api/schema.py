@@ -23,7 +23,16 @@ ARGS: dict[str, dict] = {
     "claim": {"type": "boolean", "description": "true: claim all of them; false: plan-only peek."},
     "identifier": _IDENT,
     "claimToken": {"type": "string", "maxLength": 200},
-    "note": _SHORT,
+    "note": {
+        "oneOf": [
+            _SHORT,
+            {
+                "type": "object",
+                "properties": {k: _SHORT for k in ("done", "next", "gotchas", "branch")},
+                "additionalProperties": False,
+            },
+        ]
+    },
     "title": {"type": "string", "maxLength": 300},
     "body": _STR,
     "work": {"type": "boolean"},
@@ -34,8 +43,12 @@ ARGS: dict[str, dict] = {
     "priority": {"type": "integer", "minimum": 0, "maximum": 4, "description": "0 none, 1 urgent, 2 high, 3 medium, 4 low."},
     "dueAt": {"type": ["string", "integer"], "description": "Epoch ms, ISO datetime or date; empty string clears."},
     "labels": {"type": "array", "items": {"type": "string", "maxLength": 60}, "maxItems": 50},
-    "acceptance": _STR_LIST,
-    "evidence": {"oneOf": [_STR_LIST, {"type": "object", "additionalProperties": {"type": "string"}}]},
+    "acceptance": {
+        "type": "array",
+        "items": {"oneOf": [{"type": "string", "maxLength": 2000}, {"type": "object"}]},
+        "maxItems": 50,
+    },
+    "evidence": {"type": ["array", "object"]},
     "cancelReason": _SHORT,
     "parent": {"type": "string", "maxLength": 40, "description": "A container's identifier, or `none`."},
     "targetId": _IDENT,
@@ -93,8 +106,9 @@ _ISSUE = {
         "blockedBy": {"type": "array", "items": {"type": "string"}},
         "blockedByOpen": {"type": "array", "items": {"type": "string"}},
         "blocks": {"type": "array", "items": {"type": "string"}},
-        "acceptance": {"type": "array", "items": {"type": "string"}},
+        "acceptance": {"type": "array", "items": {"oneOf": [{"type": "string"}, {"type": "object"}]}},
         "checkpoint": _NSTR,
+        "handoff": {"type": ["object", "null"]},
         "reclaimCount": {"type": "integer"},
         "createdAt": {"type": "string"},
         "updatedAt": {"type": "string"},

@@ -13,6 +13,7 @@ urlpatterns = [
     ],
     path("v1/attachments/<str:attachment>/file", views.AttachmentFile.as_view(), name="AttachmentFile"),
     path("v1/uploads/<str:token>", views.Upload.as_view(), name="Upload"),
+    path("v1/usage/reports", views.UsagePush.as_view(), name="UsagePush"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),

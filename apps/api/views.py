@@ -7,6 +7,7 @@ into a DRF view with its OpenAPI description.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import jsonschema
@@ -21,14 +22,13 @@ from rest_framework.views import APIView
 
 from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, SessionOrgAuthentication
 from apps.api.schema import ARGS, QUERY_ARGS, body_schema, ref
+from apps.billing import usage
 from apps.core.errors import ServiceError, invalid
 from apps.devices.auth import PersonalTokenAuthentication
 from apps.issues.selectors import attachment_file
 from apps.issues.services import attachment_upload_store
 from apps.issues.shapes import attachment_shape
 from apps.tools import operations
-
-MAX_JSON_BODY = 1024 * 1024
 
 
 class FirstRenderer(BaseContentNegotiation):
@@ -65,8 +65,9 @@ class Op:
 
 def _json_body(request, op: Op) -> dict:
     length = request.META.get("CONTENT_LENGTH") or "0"
-    if length.isdigit() and int(length) > MAX_JSON_BODY:
-        raise ServiceError("TOO_LARGE", f"A request body may be at most {MAX_JSON_BODY} bytes.")
+    limit = settings.RETASC_MAX_BODY_BYTES  # also capped before the app reads it (apps.core.bodycap)
+    if length.isdigit() and int(length) > limit:
+        raise ServiceError("TOO_LARGE", f"A request body may be at most {limit} bytes.", maxBytes=limit)
     data = request.data
     if data is None or data == {}:
         data = {}
@@ -83,8 +84,31 @@ def _json_body(request, op: Op) -> dict:
     for name, value in args.items():
         error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(ARGS[name]).iter_errors(value))
         if error is not None:
-            raise invalid(name, f"{name}: {error.message}")
+            raise invalid(name, schema_message(name, error))
     return args
+
+
+def schema_message(name: str, error) -> str:
+    """One short sentence for a schema refusal, never the value itself (a 900 KB body
+    came back whole in a 921,620-character message). Limits are worded as MCP words them
+    (apps.issues.inputs), so both interfaces say the same thing."""
+    nested = bool(error.path)
+    limit = error.validator_value
+    if error.validator == "maxLength":
+        if nested:
+            return f"an entry of {name} is longer than {limit} characters."
+        return f"{name} is longer than {limit} characters."
+    if error.validator == "maxItems":
+        return f"{name} has more than {limit} entries."
+    if error.validator == "type":
+        kinds = " or ".join(limit) if isinstance(limit, list) else limit
+        where = f"every entry of {name}" if nested else name
+        return f"{where} must be of type {kinds}."
+    if error.validator == "enum":
+        return f"{name} must be one of {', '.join(str(v) for v in limit)}."
+    if len(repr(error.instance)) <= 80:
+        return f"{name}: {error.message}"
+    return f"{name} is not valid ({error.validator} {limit})."[:300]
 
 
 def _query(request, op: Op) -> dict:
@@ -474,7 +498,9 @@ class AttachmentFile(ApiView):
     def get(self, request, attachment):
         att = attachment_file(actor=request.auth, attachment=attachment)
         response = HttpResponse(att.file, content_type=att.content_type or "application/octet-stream")
-        filename = (att.title or str(att.pk)).replace('"', "").replace("\\", "")
+        # Quotes, backslashes and control characters out: a carriage return stored by an
+        # older release made this header (and so the download) fail for good.
+        filename = re.sub(r'["\\\x00-\x1f\x7f]', "", att.title or "") or str(att.pk)
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         response["X-Content-Type-Options"] = "nosniff"
         response["Cache-Control"] = "private, no-store"
@@ -518,3 +544,45 @@ class Upload(APIView):
             filename=request.query_params.get("filename", ""),
         )
         return Response(attachment_shape(att), status=201)
+
+
+class UsagePush(ApiView):
+    """``POST /api/v1/usage/reports``: a runtime's per-day token and session totals for this key."""
+
+    @extend_schema(
+        operation_id="usage_push",
+        summary="Report a runtime's usage per day (counts only; each day replaces the last report).",
+        tags=["usage"],
+        request={
+            "application/json": {
+                "type": "object",
+                "required": ["runtime", "days"],
+                "additionalProperties": False,
+                "properties": {
+                    "runtime": {"type": "string", "maxLength": 40},
+                    "days": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["day"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "day": {"type": "string", "format": "date"},
+                                "model": {"type": "string", "maxLength": 100},
+                                **{n: {"type": "integer", "minimum": 0} for n in usage.COUNTERS},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+        responses={200: OpenApiTypes.OBJECT, 400: ref("Error"), 401: ref("Error"), 403: ref("Error")},
+    )
+    def post(self, request):
+        body = request.data if isinstance(request.data, dict) else None
+        if body is None:
+            raise invalid("body", "The body is a JSON object {runtime, days}.")
+        unknown = set(body) - {"runtime", "days"}
+        if unknown:
+            raise invalid(sorted(unknown)[0], f"Unknown argument {sorted(unknown)[0]!r}.")
+        return Response(usage.usage_report(actor=request.auth, runtime=body.get("runtime"), days=body.get("days")))

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from apps.billing import pricing
-from apps.billing.models import LedgerEntry, Price
+from apps.billing.models import LedgerEntry, Price, RuntimeUsage
 
 
 @admin.register(Price)
@@ -23,4 +23,15 @@ class LedgerEntryAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(RuntimeUsage)
+class RuntimeUsageAdmin(admin.ModelAdmin):
+    # Reported by agents' runtimes (retasc usage push); counts only, read-only for staff.
+    list_display = ["day", "runtime", "model", "key", "principal", "input_tokens", "output_tokens", "sessions"]
+    list_filter = ["runtime"]
+    search_fields = ["runtime", "model", "principal__email"]
+
+    def has_change_permission(self, request, obj=None):
         return False

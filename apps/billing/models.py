@@ -42,3 +42,32 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.amount_micros} µ$ ({self.org_id})"
+
+
+class RuntimeUsage(models.Model):
+    """What an agent runtime reported it used, per key, runtime, day and model.
+
+    Counts only: tokens in and out, cache reads, sessions and messages. No prompt or answer
+    text ever reaches the server. A report replaces the day's row (the CLI sends whole-day
+    totals, deduplicated by message id), so pushing twice never counts twice.
+    """
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="+")
+    key = models.ForeignKey("orgs.AgentKey", on_delete=models.CASCADE, related_name="usage")
+    principal = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    runtime = models.CharField(max_length=40)
+    day = models.DateField()
+    model = models.CharField(max_length=100, blank=True)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cache_read_tokens = models.BigIntegerField(default=0)
+    sessions = models.PositiveIntegerField(default=0)
+    messages = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key", "runtime", "day", "model"], name="runtime_usage_unique")]
+        indexes = [models.Index(fields=["org", "day"], name="runtime_usage_org_day")]
+
+    def __str__(self) -> str:
+        return f"{self.runtime} {self.day} {self.model} ({self.key_id})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -69,7 +70,6 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 def database_from_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     """Django DATABASES entry for a ``postgres://`` or ``sqlite:///`` URL."""
-    from urllib.parse import parse_qs, unquote, urlparse
 
     parsed = urlparse(url)
     if parsed.scheme in ("postgres", "postgresql", "pgsql"):

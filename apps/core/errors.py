@@ -17,6 +17,7 @@ HTTP_STATUS = {
     "AWAITING_TRIAGE": 409,
     "AUTHOR_CANNOT_REVIEW": 403,
     "CLAIM_CAP": 429,
+    "SESSION_KEY_CAP": 429,
     "CLAIM_REQUIRED": 409,
     "CLAIM_LOST": 409,
     "CLAIM_MISMATCH": 403,
@@ -39,11 +40,12 @@ class ServiceError(Exception):
     chosen by the part before it.
     """
 
-    def __init__(self, code: str, message: str, *, tell_human: str | None = None, **details):
+    def __init__(self, code: str, message: str, *, tell_human: str | None = None, ask_human: str | None = None, **details):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.tell_human = tell_human
+        self.tell_human = tell_human  # one sentence for the agent to relay: what a person must do
+        self.ask_human = ask_human  # the question to put to that person, where one helps
         self.details = details
 
     @property
@@ -54,6 +56,8 @@ class ServiceError(Exception):
         body = {"code": self.code, "message": self.message, **self.details}
         if self.tell_human:
             body["tellHuman"] = self.tell_human
+        if self.ask_human:
+            body["askHuman"] = self.ask_human
         return body
 
     def __repr__(self) -> str:

@@ -24,7 +24,7 @@ def publish(org_id, events: list[dict]) -> None:
     if not events:
         return
     try:
-        from channels.layers import get_channel_layer
+        from channels.layers import get_channel_layer  # deferred: heavy, and reads CHANNEL_LAYERS on import
 
         layer = get_channel_layer()
         if layer is None:

@@ -97,7 +97,7 @@ def _before_reactor_shutdown(stop) -> bool:
     (an installed reactor only: importing one would install a default reactor)."""
     if "twisted.internet.reactor" not in sys.modules:
         return False
-    from twisted.internet import defer, reactor
+    from twisted.internet import defer, reactor  # deferred: importing the reactor installs one
 
     reactor.addSystemEventTrigger("before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(stop())))
     return True

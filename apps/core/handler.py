@@ -13,6 +13,7 @@ middleware here is synchronous, so nothing is lost.
 
 from __future__ import annotations
 
+import django
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 
@@ -28,7 +29,5 @@ class SyncASGIHandler(ASGIHandler):
 
 
 def get_asgi_application() -> SyncASGIHandler:
-    import django
-
     django.setup(set_prefix=False)
     return SyncASGIHandler()

@@ -43,18 +43,21 @@ def _path(org_ref: str) -> Path:
     return keystore_dir() / f"{org_ref}.key"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write ``path`` whole or not at all (0600). ``sync=False`` skips the fsync, for
+    files that may lag after an OS crash but must never be torn (the chain's head)."""
     tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if sync:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
 @contextmanager
-def _store_lock():
+def store_lock():
     """An exclusive lock on the key store, across processes: a rewrap must never write
     back the key of an org that is being destroyed at the same moment (that would undo
     the crypto-shredding)."""
@@ -69,7 +72,7 @@ def _store_lock():
 def data_key_create(org_ref: str) -> None:
     """Create and store a fresh data key for a new org."""
     key = crypto.new_data_key()
-    _write_atomic(_path(org_ref), ring().wrap(key, org_ref=org_ref))
+    write_atomic(_path(org_ref), ring().wrap(key, org_ref=org_ref))
     with _lock:
         _cache[org_ref] = key
 
@@ -92,7 +95,7 @@ def data_key_destroy(org_ref: str) -> None:
     """Crypto-shred: forget the key everywhere this process can reach."""
     with _lock:
         _cache.pop(org_ref, None)
-    with _store_lock():
+    with store_lock():
         try:
             _path(org_ref).unlink()
         except FileNotFoundError:
@@ -100,11 +103,15 @@ def data_key_destroy(org_ref: str) -> None:
 
 
 def rewrap_all() -> tuple[int, int]:
-    """Re-wrap every stored data key under the newest master key. Returns (rewrapped, total)."""
+    """Re-wrap every stored data key, and the receipt chain's secret (apps.core.chain),
+    under the newest master key. Returns (rewrapped, total)."""
     current = ring()
     done = total = 0
-    for path in sorted(keystore_dir().glob("*.key")):
-        with _store_lock():
+    paths = sorted(keystore_dir().glob("*.key"))
+    if (keystore_dir() / "chain.secret").exists():
+        paths.append(keystore_dir() / "chain.secret")  # wrapped with the AAD name "chain"
+    for path in paths:
+        with store_lock():
             try:
                 wrapped = path.read_bytes()
             except FileNotFoundError:  # the org was deleted meanwhile: stay shredded
@@ -113,7 +120,7 @@ def rewrap_all() -> tuple[int, int]:
             if current.wrapped_by_newest(wrapped):
                 continue
             org_ref = path.stem
-            _write_atomic(path, current.wrap(current.unwrap(wrapped, org_ref=org_ref), org_ref=org_ref))
+            write_atomic(path, current.wrap(current.unwrap(wrapped, org_ref=org_ref), org_ref=org_ref))
             done += 1
     return done, total
 
@@ -127,7 +134,7 @@ def check_master_key() -> None:
     current = ring()
     canary = keystore_dir() / "canary"
     if not canary.exists():
-        _write_atomic(canary, current.wrap(_CANARY_TEXT, org_ref="canary"))
+        write_atomic(canary, current.wrap(_CANARY_TEXT, org_ref="canary"))
         return
     try:
         current.unwrap(canary.read_bytes(), org_ref="canary")
@@ -137,7 +144,7 @@ def check_master_key() -> None:
             "set it back to the original key (or put that key after the new one)."
         ) from None
     if not current.wrapped_by_newest(canary.read_bytes()):
-        _write_atomic(canary, current.wrap(_CANARY_TEXT, org_ref="canary"))
+        write_atomic(canary, current.wrap(_CANARY_TEXT, org_ref="canary"))
 
 
 def clear_cache() -> None:

@@ -9,15 +9,18 @@ from __future__ import annotations
 import zoneinfo
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from urllib.parse import urlencode
 
 from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
+from apps.billing.usage import usage_totals
+from apps.core import inputs
 from apps.core.errors import ServiceError, invalid
-from apps.issues.chain import verify_org
+from apps.issues import acceptance as acceptance_rules
+from apps.issues.chain import check_org_cached
 from apps.issues.models import CLOSED, DISPATCHABLE, Attachment, Checkpoint, Claim, Comment, Issue, Relation, Status
 from apps.issues.selectors import activity_for_issue, issue_resolve, search_ranked
 from apps.issues.shapes import activity_shape, issue_shapes
@@ -64,10 +67,11 @@ class QueueFilters:
             order=q.get("order", "dispatch") if q.get("order") in ORDERS else "dispatch",
             search=q.get("q", "").strip()[:200],
         )
-        try:
-            f.offset = max(0, int(q.get("offset", 0)))
-        except ValueError:
-            f.offset = 0
+        f.offset = inputs.offset(q.get("offset"))
+        for name in ("q", "project", "status", "runtime", "priority", "lane", "state", "created_from", "created_to"):
+            value = getattr(f, name, None)
+            if isinstance(value, str):
+                inputs.clean(value, name)  # NUL or a lone surrogate: INVALID_ARGUMENT (400)
         return f
 
     def query(self, **override) -> str:
@@ -341,7 +345,21 @@ def fleet_page(*, actor: Actor) -> dict:
         "now": now,
         "agents": [{"key": k, "live": per_key.get(k.pk, 0)} for k in agents],
         "by_runtime": sorted(Counter(c.key.runtime for c in live).items()),
+        "usage": usage_totals(org_id=actor.org.pk, since=(now - USAGE_WINDOW).date()),
+        "usage_days": USAGE_WINDOW.days,
     }
+
+
+USAGE_WINDOW = timedelta(days=30)
+
+
+def member_usage(*, actor: Actor) -> dict:
+    """Each member's reported runtime usage over the window, by e-mail: {email: [rows]}."""
+    since = (timezone.now() - USAGE_WINDOW).date()
+    by_email = defaultdict(list)
+    for row in usage_totals(org_id=actor.org.pk, since=since):
+        by_email[row["email"]].append(row)
+    return dict(by_email)
 
 
 def issue_page(*, actor: Actor, identifier: str) -> dict:
@@ -365,8 +383,17 @@ def issue_page(*, actor: Actor, identifier: str) -> dict:
     attachments = list(Attachment.objects.filter(issue=issue).order_by("created_at"))
     activity = [activity_shape(a) for a in activity_for_issue(issue=issue)]
     _people_in_receipts(actor, activity)
-    acceptance = list(zip(shape["acceptance"], shape["evidence"] + [None] * len(shape["acceptance"]), strict=False))
-    broken = verify_org(actor.org)
+    evidence = shape["evidence"] + [None] * len(shape["acceptance"])
+    acceptance = [
+        {
+            "text": acceptance_rules.criterion_text(c),
+            "check": acceptance_rules.criterion_check(c),
+            "evidence": acceptance_rules.evidence_text(e) if e else None,
+            "failure": acceptance_rules.failure(c, e) if e else None,
+        }
+        for c, e in zip(shape["acceptance"], evidence, strict=False)
+    ]
+    broken = check_org_cached(actor.org).broken  # incremental from the last verified head
     members = list(
         Membership.objects.filter(org_id=actor.org.pk, status=Membership.Status.ACTIVE)
         .select_related("user")

@@ -1,11 +1,12 @@
 from django.urls import path
 
-from apps.dash.views import invite, issues, org, queue
+from apps.dash.views import invite, issues, oauth, org, queue
 
 app_name = "dash"
 
 urlpatterns = [
     path("", queue.home, name="home"),
+    path("oauth/consent", oauth.consent, name="oauth_consent"),
     path("queue/", queue.queue, name="queue"),
     path("queue/live/", queue.queue_live, name="queue_live"),
     path("queue/bulk/", queue.queue_bulk, name="queue_bulk"),

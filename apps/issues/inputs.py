@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import zoneinfo
 from datetime import UTC, date, datetime, time, timedelta
@@ -10,31 +11,14 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from apps.core.errors import invalid
+from apps.core.inputs import MAX_BODY, brief, clean, offset, ref, text  # noqa: F401 (re-exported: the text parsers)
 
 MAX_TITLE = 300
-MAX_BODY = 200_000
 MAX_ITEMS = 50
 _HEX = re.compile(r"^#[0-9a-fA-F]{6}$")
 # Deadlines outside this window are mistakes, not plans.
 _EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 _HORIZON = timedelta(days=366 * 50)
-
-
-def text(value, field: str, *, required: bool = False, limit: int = MAX_BODY, one_line: bool = False) -> str | None:
-    if value is None:
-        if required:
-            raise invalid(field, f"{field} is required.")
-        return None
-    if not isinstance(value, str):
-        raise invalid(field, f"{field} must be text.")
-    value = value.strip()
-    if required and not value:
-        raise invalid(field, f"{field} must not be empty.")
-    if len(value) > limit:
-        raise invalid(field, f"{field} is longer than {limit} characters.")
-    if one_line and "\n" in value:
-        raise invalid(field, f"{field} must be one line.")
-    return value
 
 
 def boolean(value, field: str) -> bool:
@@ -46,6 +30,8 @@ def boolean(value, field: str) -> bool:
 
 
 def priority(value) -> int:
+    if isinstance(value, str) and len(value.strip()) > 3:
+        value = "x"  # never parse a 10,000-digit number
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -79,7 +65,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         try:
             day = parse_date(raw)
         except ValueError:
-            raise invalid("dueAt", f"{raw!r} is not a valid date.") from None
+            raise invalid("dueAt", f"{brief(raw)!r} is not a valid date.") from None
         if day is not None:
             return _end_of_day(day, org_timezone)
         try:
@@ -87,7 +73,7 @@ def due(value, *, org_timezone: str) -> datetime | None:
         except ValueError:
             parsed = None
         if parsed is None:
-            raise invalid("dueAt", f"{raw!r} is not a date (2026-12-01), an ISO datetime, or epoch milliseconds.")
+            raise invalid("dueAt", f"{brief(raw)!r} is not a date (2026-12-01), an ISO datetime, or epoch milliseconds.")
         if timezone.is_naive(parsed):
             parsed = parsed.replace(tzinfo=zoneinfo.ZoneInfo(org_timezone))
     else:
@@ -122,14 +108,30 @@ def string_list(value, field: str, *, item_limit: int = 2000) -> list[str]:
             raise invalid(field, f"every entry of {field} must be non-empty text.")
         if len(item) > item_limit:
             raise invalid(field, f"an entry of {field} is longer than {item_limit} characters.")
-        out.append(item.strip())
+        out.append(clean(item, field).strip())
     return out
 
 
-def evidence(value, criteria: int) -> list[str]:
-    """A list (one entry per criterion, in order) or an object keyed by criterion index."""
+def _evidence_entry(item) -> str | dict:
+    """Text, or an object of fields (for a ``required_fields`` check)."""
+    if isinstance(item, dict):
+        if len(json.dumps(item, default=str)) > 2000:
+            raise invalid("evidence", "an evidence object is longer than 2000 characters.")
+        return item
+    if not isinstance(item, str):
+        raise invalid("evidence", "evidence entries are text or objects.")
+    if len(item) > 2000:
+        raise invalid("evidence", "an entry of evidence is longer than 2000 characters.")
+    return clean(item, "evidence").strip()
+
+
+def evidence(value, criteria: int) -> list:
+    """A list (one entry per criterion, in order) or an object keyed by criterion index.
+
+    An entry is text, or an object of fields for a criterion with a ``required_fields``
+    check (apps.issues.acceptance)."""
     if isinstance(value, dict):
-        out = [""] * criteria
+        out: list = [""] * criteria
         for key, item in value.items():
             try:
                 index = int(key)
@@ -137,13 +139,17 @@ def evidence(value, criteria: int) -> list[str]:
                 raise invalid("evidence", "evidence keys are criterion indexes (0, 1, ...).") from None
             if not 0 <= index < criteria:
                 raise invalid("evidence", f"there is no acceptance criterion {index}.")
-            if not isinstance(item, str):
-                raise invalid("evidence", "evidence entries are text.")
-            out[index] = item.strip()
+            out[index] = _evidence_entry(item)
         return out
-    items = string_list(value, "evidence")
-    if len(items) > criteria:
-        raise invalid("evidence", f"{len(items)} evidence entries for {criteria} acceptance criteria.")
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise invalid("evidence", "evidence must be a list of text.")
+    if len(value) > criteria:
+        raise invalid("evidence", f"{len(value)} evidence entries for {criteria} acceptance criteria.")
+    items = [_evidence_entry(item) for item in value]
+    if any(item in ("", {}) for item in items):
+        raise invalid("evidence", "every entry of evidence must be non-empty.")
     return items + [""] * (criteria - len(items))
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import re
+import uuid
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from apps.core import search, sql
 from apps.core.errors import ServiceError, invalid, not_found
@@ -27,7 +29,7 @@ IDENT_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9]{1,9})-(\d{1,9})\s*$")
 def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue:
     match = IDENT_RE.match(str(identifier or ""))
     if not match:
-        raise ServiceError("NOT_FOUND", f"{identifier!r} is not an issue identifier (like ABC-12).")
+        raise ServiceError("NOT_FOUND", f"{inputs.brief(identifier)!r} is not an issue identifier (like ABC-12).")
     issue = _issue_by_prefix(actor=actor, prefix=match.group(1).upper(), number=int(match.group(2)), lock=lock)
     if issue is None:
         # A renamed project's old prefix still resolves (OLD-12 -> NEW-12).
@@ -42,7 +44,7 @@ def issue_resolve(*, actor: Actor, identifier: str, lock: bool = False) -> Issue
                 qs = qs.select_for_update(no_key=True, of=("self",))
             issue = qs.first()
     if issue is None:
-        raise not_found(f"Issue {identifier}")
+        raise not_found(f"Issue {inputs.brief(identifier)}")
     return issue
 
 
@@ -104,9 +106,10 @@ def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
         if actor.project is None:
             raise invalid("prefix", "Name a project prefix.")
         return actor.project
-    project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+    prefix = inputs.ref(prefix, "prefix", limit=40)
+    project = Project.objects.filter(org_id=actor.org.pk, prefix=prefix.upper()).first()
     if project is None:
-        raise not_found(f"Project {prefix}")
+        raise not_found(f"Project {inputs.brief(prefix)}")
     return project
 
 
@@ -123,13 +126,24 @@ def sla_of(issue: Issue, now=None):
 
 
 def _cursor_decode(cursor: str | None):
+    """(created_at, number, pk) from a cursor ``_cursor_encode`` gave out. Each part is
+    parsed here: a forged cursor whose parts decode but are not a datetime, a number and
+    an issue id is the same refusal as one that does not decode at all."""
     if not cursor:
         return None
+    refused = invalid("cursor", "That cursor is not one this server gave out.")
+    if not isinstance(cursor, str) or len(cursor) > 200:
+        raise refused
     try:
-        created, number, pk = base64.urlsafe_b64decode(cursor.encode()).decode().split("|")
-        return created, int(number), pk
-    except Exception:
-        raise invalid("cursor", "That cursor is not one this server gave out.") from None
+        created, number, pk = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8").split("|")
+        moment = parse_datetime(created)
+        number = int(number) if number.isascii() and number.isdigit() and len(number) < 12 else None
+        pk = uuid.UUID(pk)
+    except (ValueError, UnicodeError, TypeError):
+        raise refused from None
+    if moment is None or timezone.is_naive(moment) or number is None:
+        raise refused
+    return moment, number, pk
 
 
 def search_ranked(qs, *, actor: Actor, query):
@@ -198,17 +212,13 @@ def issue_list(
         values = [status] if isinstance(status, str) else list(status)
         bad = [v for v in values if v not in Status.values]
         if bad:
-            raise invalid("status", f"Unknown status {bad[0]!r}; use one of {', '.join(Status.values)}.")
+            raise invalid("status", f"Unknown status {inputs.brief(bad[0])!r}; use one of {', '.join(Status.values)}.")
         qs = qs.filter(status__in=values)
     if priority is not None and priority != "":
         values = [priority] if not isinstance(priority, list) else priority
-        try:
-            values = [int(v) for v in values]
-        except (TypeError, ValueError):
-            raise invalid("priority", "priority is 0-4.") from None
-        qs = qs.filter(priority__in=values)
+        qs = qs.filter(priority__in=[inputs.priority(v) for v in values])
     if label:
-        qs = qs.filter(labels__name=label)
+        qs = qs.filter(labels__name=inputs.ref(label, "label", limit=60))
     if author:
         qs = qs.filter(author_id=human_resolve(actor=actor, ref=author, field="author"))
     if assignee:
@@ -252,8 +262,6 @@ def labels_list(*, actor: Actor) -> list[Label]:
 
 def attachment_file(*, actor: Actor, attachment: str):
     """An uploaded attachment with its (sealed) file, for members of its org only."""
-    import uuid
-
     try:
         pk = uuid.UUID(str(attachment))
     except ValueError:
@@ -280,7 +288,6 @@ def attachments_list(*, actor: Actor, issue: str) -> list:
 
 def attachment_get(*, actor: Actor, attachment: str):
     """One attachment of the actor's org; any other id reads as NOT_FOUND."""
-    import uuid
 
     try:
         pk = uuid.UUID(str(attachment))
@@ -294,11 +301,12 @@ def attachment_get(*, actor: Actor, attachment: str):
 
 def project_get(*, actor: Actor, prefix: str | None = None) -> dict:
     if prefix:
-        project = Project.objects.filter(org_id=actor.org.pk, prefix=str(prefix).upper()).first()
+        prefix = inputs.ref(prefix, "prefix", limit=40)
+        project = Project.objects.filter(org_id=actor.org.pk, prefix=prefix.upper()).first()
     else:
         project = actor.project
     if project is None:
-        raise not_found(f"Project {prefix}")
+        raise not_found(f"Project {inputs.brief(prefix)}")
     by_status = dict(Issue.objects.filter(project=project).values("status").annotate(n=Count("pk")).values_list("status", "n"))
     open_count = sum(n for s, n in by_status.items() if s not in CLOSED)
     return project_shape(project, {"byStatus": by_status, "open": open_count})

@@ -20,6 +20,7 @@ from apps.core import keystore
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.formats import iso
 from apps.core.unit import metered_read, mutation
+from apps.issues import acceptance as acceptance_rules
 from apps.issues import inputs
 from apps.issues.fencing import claim_by_token, claim_fence, is_live, token_hash
 from apps.issues.models import CLOSED, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, Status
@@ -52,7 +53,7 @@ def _blockers(*, actor: Actor, identifiers) -> list[Issue]:
         try:
             out.append(issue_resolve(actor=actor, identifier=ident))
         except ServiceError:
-            raise invalid("blockedBy", f"blockedBy names {ident}, which does not exist.") from None
+            raise invalid("blockedBy", f"blockedBy names {inputs.brief(ident)}, which does not exist.") from None
     return out
 
 
@@ -62,7 +63,7 @@ def _parent(*, actor: Actor, ref, child: Issue | None = None) -> Issue | None:
     try:
         parent = issue_resolve(actor=actor, identifier=ref)
     except ServiceError:
-        raise invalid("parent", f"parent names {ref}, which does not exist.") from None
+        raise invalid("parent", f"parent names {inputs.brief(ref)}, which does not exist.") from None
     if parent.work:
         raise invalid("parent", f"{parent.identifier} is a work item; a parent must be a container (work:false).")
     seen, node = set(), parent
@@ -197,7 +198,7 @@ def issue_create(
         raise invalid("status", "A new issue starts as todo (or blocked for an external wait).")
     priority = inputs.priority(priority if priority is not None else 0)
     due = inputs.due(due_at, org_timezone=actor.org.timezone)
-    acceptance = inputs.string_list(acceptance, "acceptance")
+    acceptance = acceptance_rules.parse(acceptance)
     assignee_id = human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True)
     target_project: Project = project_resolve(actor=actor, prefix=project)
 
@@ -302,7 +303,7 @@ def issue_update(
     if assignee is not UNSET:
         parsed["assignee"] = human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True)
     if acceptance is not UNSET:
-        parsed["acceptance"] = inputs.string_list(acceptance, "acceptance") or None
+        parsed["acceptance"] = acceptance_rules.parse(acceptance) or None
     if cancel_reason is not UNSET:
         parsed["cancelReason"] = inputs.text(cancel_reason, "cancelReason", limit=2000)
     if no_dependency is not UNSET:
@@ -310,7 +311,7 @@ def issue_update(
     if awaiting_triage is not UNSET:
         parsed["awaitingTriage"] = inputs.boolean(awaiting_triage, "awaitingTriage")
     if status is not UNSET and status not in Status.values:
-        raise invalid("status", f"Unknown status {status!r}; use one of {', '.join(Status.values)}.")
+        raise invalid("status", f"Unknown status {inputs.brief(status)!r}; use one of {', '.join(Status.values)}.")
     action = "issue_body_edit" if "body" in parsed else "issue_edit"
 
     with mutation(actor, action) as unit:
@@ -475,22 +476,21 @@ def _column(attr: str) -> str:
 
 
 def _require_evidence(issue: Issue) -> None:
-    criteria = issue.acceptance or []
-    given = issue.evidence or []
-    missing = [i for i in range(len(criteria)) if i >= len(given) or not given[i]]
-    if missing:
-        raise ServiceError(
-            "ACCEPTANCE_EVIDENCE_REQUIRED",
-            # Criteria are counted from 1 for people; ``index`` (from 0) is the evidence slot.
-            f"Give evidence for every acceptance criterion; missing for "
-            f"{'criterion' if len(missing) == 1 else 'criteria'} {', '.join(str(i + 1) for i in missing)}.",
-            missing=[{"index": i, "number": i + 1, "criterion": criteria[i]} for i in missing],
-        )
+    acceptance_rules.require_evidence(identifier=issue.identifier, criteria=issue.acceptance or [], evidence=issue.evidence or [])
+
+
+def author_cannot_review(identifier: str) -> ServiceError:
+    return ServiceError(
+        "AUTHOR_CANNOT_REVIEW",
+        f"You submitted {identifier}; another person must review it.",
+        tell_human=f"{identifier} needs a review by a person other than its author: ask a teammate to review it.",
+        ask_human=f"Who else can review {identifier}?",
+    )
 
 
 def _require_reviewer(issue: Issue, actor: Actor, claim) -> None:
     if actor.principal_id is not None and actor.principal_id == issue.submitted_by_id:
-        raise ServiceError("AUTHOR_CANNOT_REVIEW", f"You submitted {issue.identifier}; another person must review it.")
+        raise author_cannot_review(issue.identifier)
     if actor.is_agent and (claim is None or claim.kind != "review"):
         raise ServiceError("CLAIM_REQUIRED", f"Claim the review of {issue.identifier} first (claim_issue).")
 
@@ -546,6 +546,7 @@ def _transition(*, issue: Issue, new: str, actor: Actor, claim, now, diff: dict,
                 "REVIEWER_REQUIRED",
                 "Review needs an assignee who is an active person other than you.",
                 tell_human=f"Assign a reviewer to {issue.identifier}.",
+                ask_human=f"Who should review {issue.identifier}? It needs an active person other than me as its assignee.",
             )
         if issue.checkpoint_id is None:
             raise ServiceError("HANDOFF_REQUIRED", "Write a checkpoint (handoff note for the reviewer) first.")

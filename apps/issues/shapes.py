@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from apps.core import sql
 from apps.core.formats import iso
+from apps.issues import handoff
 from apps.issues.models import CLOSED, Claim, Issue, Label, Relation
 from apps.issues.sla import RANK_PRIORITY, sla
 from apps.orgs.actor import Actor
@@ -116,7 +117,8 @@ def _shape(issue: Issue, actor, now, blocked_by, blocks, labels, emails) -> dict
         "blocks": sorted(blocks),
         "acceptance": issue.acceptance or [],
         "evidence": issue.evidence or [],
-        "checkpoint": checkpoint.note if checkpoint else None,
+        "checkpoint": handoff.text(checkpoint.note) if checkpoint else None,
+        "handoff": handoff.fields(checkpoint.note) if checkpoint else None,
         "reclaimCount": issue.reclaim_count,
         "awaitingTriage": issue.awaiting_triage,
         "parent": issue.parent.identifier if issue.parent_id else None,

@@ -24,15 +24,15 @@ from apps.core import sql
 from apps.core.errors import ServiceError, invalid
 from apps.core.formats import iso
 from apps.core.unit import metered_read, mutation
-from apps.issues import inputs
+from apps.issues import handoff
 from apps.issues.fencing import claim_fence, is_live, new_token
 from apps.issues.models import CLOSED, DISPATCHABLE, Claim, Issue, Relation, Status
 from apps.issues.ranking import ranks_catch_up
 from apps.issues.selectors import issue_resolve, issue_with_people
-from apps.issues.services import checkpoint_write
+from apps.issues.services import author_cannot_review, checkpoint_write
 from apps.issues.shapes import issue_shape, issue_shapes
 from apps.orgs.actor import Actor
-from apps.orgs.models import Org
+from apps.orgs.models import AgentKey, Org
 
 MAX_BATCH = 25
 
@@ -60,14 +60,17 @@ def ready_queryset(*, actor: Actor, project_id: int, now, all_lanes: bool):
     return qs.order_by("dispatch_rank", "created_at", "number")
 
 
-def _live_claims(key_id: int, now) -> int:
-    # Claim.objects.filter(key_id=key_id, ended_at__isnull=True, expires_at__gt=now).count(),
-    # written out: it runs under the project lock on every pull.
+def _live_claims(root_key_id: int, now) -> int:
+    """Live claims held through ``root_key_id`` and every session key minted from it: a
+    session key counts against its parent's cap (SPEC §2). Written out: it runs under
+    the project lock on every pull."""
     expires = Claim._meta.get_field("expires_at").get_db_prep_value(now, connection)
+    keys = AgentKey._meta.db_table
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT COUNT(*) FROM {Claim._meta.db_table} WHERE key_id = %s AND ended_at IS NULL AND expires_at > %s",
-            [key_id, expires],
+            f"SELECT COUNT(*) FROM {Claim._meta.db_table} WHERE ended_at IS NULL AND expires_at > %s"
+            f" AND key_id IN (SELECT id FROM {keys} WHERE id = %s OR parent_id = %s)",
+            [expires, root_key_id, root_key_id],
         )
         return cur.fetchone()[0]
 
@@ -108,11 +111,13 @@ def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool) -> Issue | Non
 
 def _check_cap(actor: Actor, now, wanted: int = 1) -> None:
     cap = actor.org.effective_claim_cap
-    held = _live_claims(actor.key_id, now) if actor.key_id else 0
+    held = _live_claims(actor.limit_key_id, now) if actor.key_id else 0
     if held + wanted > cap:
         raise ServiceError(
             "CLAIM_CAP",
-            f"This key already holds {held} live claims (cap {cap}); finish or release one first.",
+            f"This key and its session keys already hold {held} live claims (cap {cap}); finish or release one first.",
+            tell_human=f"This agent key holds {held} claims, its cap of {cap}: it must finish or release one, or an owner raises the claim cap (Dash > Org settings).",
+            ask_human=f"I hold my cap of {cap} claims; shall I release one, or can an owner raise the claim cap?",
             held=held,
             cap=cap,
         )
@@ -211,7 +216,8 @@ def claim_answer(*, issue: Issue, claim: Claim, raw: str, actor: Actor, now) -> 
         "claimExpiresAt": iso(claim.expires_at),
         "branch": _branch(issue),
         "resumed": checkpoint is not None,
-        "checkpoint": checkpoint.note if checkpoint else None,
+        "checkpoint": handoff.text(checkpoint.note) if checkpoint else None,
+        "handoff": handoff.fields(checkpoint.note) if checkpoint else None,
         "checkpointBy": checkpoint.author.email if checkpoint and checkpoint.author_id else None,
         "reclaimCount": issue.reclaim_count,
     }
@@ -244,11 +250,30 @@ def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
             claim, raw = _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind)
     if empty:
         metered_read(actor, "next_issue_empty")
-        return {"issue": None, **queue_counts(actor=actor, project_id=project_id, now=timezone.now())}
+        counts = queue_counts(actor=actor, project_id=project_id, now=timezone.now())
+        return {"issue": None, **counts, "tellHuman": unblock_hint(counts)}
     # Shaped after commit, outside the lock (people and relations come with this read).
     issue = issue_with_people(issue.pk)
     issue.__dict__["_claim_key"] = actor.key_id
     return claim_answer(issue=issue, claim=claim, raw=raw, actor=actor, now=now)
+
+
+def unblock_hint(counts: dict) -> str:
+    """One sentence for a person: what would put work in this agent's queue."""
+    parts = []
+    if counts["awaitingTriage"]:
+        parts.append(f"{counts['awaitingTriage']} issue(s) await triage (accept them in the Dash)")
+    if counts["otherLanes"]:
+        parts.append(
+            f"{counts['otherLanes']} ready issue(s) are in teammates' lanes (unassign them, or let me pull with allLanes)"
+        )
+    if counts["blocked"]:
+        parts.append(f"{counts['blocked']} issue(s) are blocked (finish their blockers or clear the blocked flag)")
+    if counts["claimed"]:
+        parts.append(f"{counts['claimed']} issue(s) are held by other agents")
+    if not parts:
+        return "The queue is empty: file new work (save_issue, the Dash or a connector) to give agents something to do."
+    return "No work is ready for me: " + "; ".join(parts) + "."
 
 
 def queue_counts(*, actor: Actor, project_id: int, now) -> dict:
@@ -293,7 +318,7 @@ def next_batch(*, actor: Actor, n=5, claim: bool = False, all_lanes: bool = Fals
         lock_project_claims(project_id)
         now = timezone.now()
         cap = actor.org.effective_claim_cap
-        room = cap - _live_claims(actor.key_id, now)
+        room = cap - (_live_claims(actor.limit_key_id, now) if actor.key_id else 0)
         if room <= 0:
             _check_cap(actor, now)
         picked = _independent(
@@ -408,6 +433,7 @@ def _eligible(*, issue: Issue, actor: Actor, now) -> None:
             "AWAITING_TRIAGE",
             f"{issue.identifier} arrived from outside and awaits a human's sign-off.",
             tell_human=f"Triage {issue.identifier} in the Dash.",
+            ask_human=f"{issue.identifier} came in from outside; can you accept or reject it in the Dash so it can be worked on?",
         )
     blockers = list(
         Relation.objects.filter(target=issue, type=Relation.Type.BLOCKS)
@@ -422,7 +448,7 @@ def _eligible(*, issue: Issue, actor: Actor, now) -> None:
             blockers=[{"identifier": r.source.identifier, "status": r.source.status} for r in blockers],
         )
     if issue.status == Status.REVIEW and issue.submitted_by_id == actor.principal_id:
-        raise ServiceError("AUTHOR_CANNOT_REVIEW", f"You submitted {issue.identifier}; another person must review it.")
+        raise author_cannot_review(issue.identifier)
     if is_live(issue, now):
         holder = get_user_model().objects.filter(pk=issue.lease_principal_id).values_list("email", flat=True).first()
         raise ServiceError(
@@ -474,7 +500,7 @@ def heartbeat(*, actor: Actor, identifier: str, claim_token: str) -> dict:
 def checkpoint(*, actor: Actor, identifier: str, note, claim_token: str) -> dict:
     """Save the handoff note (survives release and reclaim) and renew the lease."""
 
-    note = inputs.text(note, "note", required=True, limit=50_000)
+    note = handoff.parse(note, required=True)
     with mutation(actor, "checkpoint") as unit:
         issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
         now = timezone.now()
@@ -482,12 +508,17 @@ def checkpoint(*, actor: Actor, identifier: str, note, claim_token: str) -> dict
         checkpoint_write(actor=actor, issue=issue, note=note, claim_id=claim.pk, unit=unit)
         Issue.objects.filter(pk=issue.pk).update(checkpoint=issue.checkpoint, updated_at=now)
         _renew(issue=issue, claim=claim, actor=actor, now=now)
-    return {"identifier": issue.identifier, "checkpoint": note, "claimExpiresAt": iso(claim.expires_at)}
+    return {
+        "identifier": issue.identifier,
+        "checkpoint": handoff.text(note),
+        "handoff": handoff.fields(note),
+        "claimExpiresAt": iso(claim.expires_at),
+    }
 
 
 def release_issue(*, actor: Actor, identifier: str, claim_token: str, note=None) -> dict:
     """Give the issue back: doing -> todo (a review stays in review). A note becomes the checkpoint."""
-    note = inputs.text(note, "note", limit=50_000) if note is not None else None
+    note = handoff.parse(note, required=False)
     with mutation(actor, "release_issue") as unit:
         issue = issue_resolve(actor=actor, identifier=identifier, lock=True)
         now = timezone.now()

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from apps.mcp.auth import UnauthorizedAsJSON
 from apps.mcp.lifespan import LifespanlessMCP
+from apps.mcp.oauth import OAUTH_PATHS
 from apps.mcp.server import MCP_PATH, build_app, build_server
 
 
@@ -33,7 +34,10 @@ def mcp_application():
 
 
 def is_mcp_path(path: str) -> bool:
-    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
+    """/mcp, and the OAuth endpoints the MCP SDK serves beside it (apps.mcp.oauth)."""
+    if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
+        return True
+    return any(path == p or path.startswith(p + "/") for p in OAUTH_PATHS)
 
 
 _NO_STREAM = json.dumps(

@@ -4,9 +4,9 @@
   in a thread). Any failure is ``None``: the SDK then answers HTTP 401.
 - ``UnauthorizedAsJSON`` (ASGI) rewrites that 401's body into the same refusal every
   interface gives, ``{"code": "UNAUTHORIZED", "message": ...}``, keeping the
-  ``WWW-Authenticate: Bearer`` header. No OAuth discovery metadata is served
-  (``resource_server_url=None``): clients that see OAuth metadata may ignore a static
-  bearer header.
+  ``WWW-Authenticate: Bearer`` header (which, with OAuth on, names the protected-resource
+  metadata: see ``apps.mcp.oauth``). A valid bearer key never meets that 401, so clients
+  configured with a key never start an OAuth flow.
 - Anonymous discovery (``RETASC_MCP_ANONYMOUS_DISCOVERY``, test instances only): a
   request without ``Authorization`` is given a fixed placeholder bearer that the verifier
   accepts, so initialize / ping / tools/list work without a key; every tool call still

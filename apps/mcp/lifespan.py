@@ -88,7 +88,7 @@ def _on_reactor_shutdown(stop) -> bool:
     """
     if "twisted.internet.reactor" not in sys.modules:
         return False
-    from twisted.internet import defer, reactor
+    from twisted.internet import defer, reactor  # deferred: importing the reactor installs one
 
     def trigger():
         return defer.Deferred.fromFuture(asyncio.ensure_future(stop()))

@@ -15,15 +15,21 @@ POST instead of an SSE stream: simpler for proxies, and no tool streams progress
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from mcp.server.auth.settings import AuthSettings
+from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.auth import ProtectedResourceMetadata
 
 from apps.mcp.auth import AgentKeyVerifier
+from apps.mcp.oauth import RetascOAuthProvider
 from apps.mcp.tools import build_tools
+
+log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 INSTRUCTIONS = (
@@ -52,19 +58,52 @@ def transport_security() -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins)
 
 
+def oauth_enabled() -> bool:
+    """OAuth needs an issuer URL that is https or loopback (RFC 8414; the SDK checks it)."""
+    if not settings.RETASC_MCP_OAUTH:
+        return False
+    public = urlsplit(settings.PUBLIC_URL)
+    if public.scheme == "https" or public.hostname in ("localhost", "127.0.0.1", "::1"):
+        return True
+    log.warning("MCP OAuth is off: RETASC_PUBLIC_URL is not https; bearer keys still work")
+    return False
+
+
 def build_server() -> MCPServer:
-    return MCPServer(
+    anonymous = settings.RETASC_MCP_ANONYMOUS_DISCOVERY
+    if oauth_enabled():
+        # Bearer keys and OAuth-issued tokens are both agent keys: the provider verifies
+        # them with the same AgentKeyVerifier.
+        auth = AuthSettings(
+            issuer_url=settings.PUBLIC_URL,
+            resource_server_url=f"{settings.PUBLIC_URL}{MCP_PATH}",
+            validate_token_resource=False,  # one resource per deployment; tokens are its keys
+            client_registration_options=ClientRegistrationOptions(enabled=True),
+            revocation_options=RevocationOptions(enabled=True),
+        )
+        verifier = {"auth_server_provider": RetascOAuthProvider(anonymous_discovery=anonymous)}
+    else:
+        auth = AuthSettings(issuer_url=settings.PUBLIC_URL, resource_server_url=None)
+        verifier = {"token_verifier": AgentKeyVerifier(anonymous_discovery=anonymous)}
+    server = MCPServer(
         "retasc",
         title="Retasc",
         version=settings.VERSION,
         instructions=INSTRUCTIONS,
         website_url=settings.PUBLIC_URL,
         tools=build_tools(),
-        token_verifier=AgentKeyVerifier(anonymous_discovery=settings.RETASC_MCP_ANONYMOUS_DISCOVERY),
-        # Bearer keys only: no resource_server_url, so no OAuth protected-resource metadata.
-        auth=AuthSettings(issuer_url=settings.PUBLIC_URL, resource_server_url=None),
+        auth=auth,
         log_level="WARNING",
+        **verifier,
     )
+    if auth.resource_server_url is not None:
+        # RFC 9728 puts the metadata at /.well-known/oauth-protected-resource/mcp (the SDK
+        # serves it); some clients look at the bare path first: the same document there.
+        handler = ProtectedResourceMetadataHandler(
+            ProtectedResourceMetadata(resource=auth.resource_server_url, authorization_servers=[auth.issuer_url])
+        )
+        server.custom_route("/.well-known/oauth-protected-resource", methods=["GET", "OPTIONS"])(handler.handle)
+    return server
 
 
 def build_app(server: MCPServer):

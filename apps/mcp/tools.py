@@ -54,6 +54,7 @@ MEMBER = {"type": ["string", "integer"], "description": "member id or e-mail"}
 STATUS = {"type": "string", "enum": ["todo", "doing", "blocked", "review", "done", "canceled"]}
 PRIORITY = {"type": "integer", "enum": [0, 1, 2, 3, 4], "description": "0 none, 1 urgent, 2 high, 3 medium, 4 low"}
 RELATION = {"type": "string", "enum": ["blocks", "blocked_by", "related", "duplicate"]}
+NOTE = {"type": ["string", "object"], "description": "text or {done,next,gotchas,branch}"}
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,13 @@ SPECS = (
     Spec(
         "checkpoint",
         "Save your handoff note (survives release and reclaim); renews the lease.",
-        {"identifier": IDENT, "note": S, "claimToken": TOKEN},
+        {"identifier": IDENT, "note": NOTE, "claimToken": TOKEN},
         ("identifier", "note", "claimToken"),
     ),
     Spec(
         "release_issue",
         "Give a claimed issue back; a note becomes its checkpoint.",
-        {"identifier": IDENT, "claimToken": TOKEN, "note": S},
+        {"identifier": IDENT, "claimToken": TOKEN, "note": NOTE},
         ("identifier", "claimToken"),
     ),
     Spec(
@@ -119,7 +120,7 @@ SPECS = (
             "priority": PRIORITY,
             "dueAt": {"type": ["string", "integer"], "description": "date, ISO datetime or epoch ms"},
             "labels": STRS,
-            "acceptance": _d(STRS, "done criteria"),
+            "acceptance": {"type": "array", "description": "done criteria: text or {text,check}"},
             "evidence": {"type": ["array", "object"], "description": "one entry per acceptance criterion"},
             "cancelReason": S,
             "parent": _d(S, "container identifier or none"),

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
-from apps.mcp.server import MCP_PATH
+from apps.mcp.server import MCP_PATH, oauth_enabled
 from apps.tools.operations import TOOLS
 
 
@@ -27,6 +27,7 @@ def well_known_mcp(request):
                 "scheme": "Bearer",
                 "keyPrefix": "rtsc_",
                 "obtain": "retasc bind, or the Dash (Agent keys)",
+                "oauth": oauth_enabled(),  # MCP authorization: /.well-known/oauth-protected-resource
             },
             "tools": list(TOOLS),
         },

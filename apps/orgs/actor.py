@@ -30,6 +30,14 @@ class Actor:
     def key_id(self) -> int | None:
         return self.key.pk if self.key is not None else None
 
+    @property
+    def limit_key_id(self) -> int | None:
+        """The key whose claim cap and rate limit this actor spends: a session key
+        spends its parent's (SPEC §2), so minting sessions multiplies neither."""
+        if self.key is None:
+            return None
+        return self.key.parent_id or self.key.pk
+
     @classmethod
     def system(cls, org: Org) -> Actor:
         return cls(org=org, principal_id=None, key=None, runtime="system")

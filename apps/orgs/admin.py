@@ -1,6 +1,17 @@
 from django.contrib import admin
 
-from apps.orgs.models import AgentKey, Invite, Membership, Org, Project, ProjectAlias, SavedFilter
+from apps.orgs.models import (
+    AgentKey,
+    Invite,
+    Membership,
+    OAuthClient,
+    OAuthCode,
+    OAuthGrant,
+    Org,
+    Project,
+    ProjectAlias,
+    SavedFilter,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -69,3 +80,26 @@ class SavedFilterAdmin(admin.ModelAdmin):
     raw_id_fields = ["user", "org"]
     fields = ["name", "user", "org"]
     readonly_fields = ["name", "user", "org"]
+
+
+@admin.register(OAuthClient)
+class OAuthClientAdmin(admin.ModelAdmin):
+    # Registered by MCP clients themselves (dynamic client registration); no secret is stored.
+    list_display = ["name", "client_id", "created_at"]
+    search_fields = ["name", "client_id"]
+    readonly_fields = ["client_id", "redirect_uris", "metadata", "created_at"]
+
+
+@admin.register(OAuthGrant)
+class OAuthGrantAdmin(admin.ModelAdmin):
+    # The refresh token's hash is not shown; revoke the key to end a grant.
+    list_display = ["client", "key", "created_at", "refreshed_at"]
+    exclude = ["refresh_hash"]
+    readonly_fields = ["client", "key", "scopes", "resource", "created_at", "refreshed_at"]
+
+
+@admin.register(OAuthCode)
+class OAuthCodeAdmin(admin.ModelAdmin):
+    list_display = ["client", "user", "org", "project", "created_at", "expires_at", "used_at"]
+    exclude = ["code_hash", "code_challenge"]
+    readonly_fields = ["client", "user", "org", "project", "redirect_uri", "created_at", "expires_at", "used_at"]

@@ -21,6 +21,9 @@ class Org(models.Model):
     # The receipt chain's head, advanced only under this row's lock (apps.work.writer).
     activity_seq = models.BigIntegerField(default=0, editable=False)
     chain_head = models.CharField(max_length=64, default="0" * 64, editable=False)
+    # Links are keyed (HMAC under the org's chain key). False only for a chain written
+    # before the chain key, until ``relink_chains`` re-links it once (apps.issues.chain).
+    chain_keyed = models.BooleanField(default=True, editable=False)
     # Metering, advanced in the same locked update as the chain head.
     balance_micros = models.BigIntegerField(default=0)
     monthly_cap_micros = models.BigIntegerField(null=True, blank=True)
@@ -98,6 +101,9 @@ class AgentKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Set only for a key issued as an OAuth access token: it stops working then, and the
+    # client renews it with its refresh token (apps.orgs.oauth).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     objects = AgentKeyQuerySet.as_manager()
 
@@ -168,3 +174,57 @@ class SavedFilter(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class OAuthClient(models.Model):
+    """An MCP client registered by OAuth dynamic client registration (RFC 7591).
+
+    Its secret (for confidential clients) is not stored: it is derived from the client id
+    and the deployment's secret key (``apps.orgs.oauth.client_secret``).
+    """
+
+    client_id = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    redirect_uris = models.JSONField(default=list)
+    metadata = models.JSONField(default=dict, help_text="The registered client metadata, without any secret.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.client_id})"
+
+
+class OAuthCode(models.Model):
+    """A single-use authorization code a human approved in the Dash (10 minutes)."""
+
+    code_hash = models.CharField(max_length=64, unique=True)
+    client = models.ForeignKey(OAuthClient, on_delete=models.CASCADE, related_name="codes")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    code_challenge = models.CharField(max_length=128)
+    redirect_uri = models.CharField(max_length=2000)
+    redirect_uri_explicit = models.BooleanField(default=True)
+    scopes = models.JSONField(default=list)
+    resource = models.CharField(max_length=2000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"code for {self.client_id} ({self.created_at:%Y-%m-%d %H:%M})"
+
+
+class OAuthGrant(models.Model):
+    """An approved client's standing grant: its agent key (the access token) and the hash of
+    its current refresh token. Revoking the key (keys page, /revoke) ends the grant."""
+
+    client = models.ForeignKey(OAuthClient, on_delete=models.CASCADE, related_name="grants")
+    key = models.OneToOneField(AgentKey, on_delete=models.CASCADE, related_name="oauth_grant")
+    refresh_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    resource = models.CharField(max_length=2000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"grant of {self.client_id} -> key {self.key_id}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from apps.core import inputs
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.formats import iso
 from apps.orgs.actor import Actor
@@ -47,6 +48,7 @@ def members_list(*, actor: Actor, query: str | None = None) -> list[dict]:
     if query:
         if not isinstance(query, str) or len(query) > 200:
             raise invalid("query", "query is text up to 200 characters.")
+        query = inputs.clean(query, "query")
         qs = qs.filter(
             Q(user__email__icontains=query) | Q(user__first_name__icontains=query) | Q(user__last_name__icontains=query)
         )
@@ -108,18 +110,18 @@ def human_resolve(*, actor: Actor, ref, field: str, allow_none: bool = False) ->
         if allow_none:
             return None
         raise invalid(field, f"{field} must name a person.")
-    text = str(ref).strip()
+    text = inputs.ref(ref, field)
     if text.lower() == "me":
         if actor.principal_id is None:
             raise invalid(field, "'me' needs a person.")
         return actor.principal_id
     members = Membership.objects.filter(org_id=actor.org.pk)
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) < 19:  # a member id (a bigint)
         membership = members.filter(pk=int(text)).first()
     else:
         membership = members.filter(user__email__iexact=text).first()
     if membership is None:
-        raise invalid(field, f"{text!r} is not a member of this org.")
+        raise invalid(field, f"{inputs.brief(text)!r} is not a member of this org.")
     return membership.user_id
 
 

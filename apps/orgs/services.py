@@ -8,13 +8,14 @@ import secrets
 import zoneinfo
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from apps.core import keystore, sql
+from apps.core import inputs, keystore, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import mutation
 from apps.orgs.actor import Actor
@@ -36,7 +37,7 @@ def hash_secret(raw: str) -> str:
 def user_get_or_create(*, email: str, password: str | None = None, name: str = "") -> tuple[User, bool]:
     email = (email or "").strip().lower()
     if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
-        raise invalid("email", f"{email!r} is not an e-mail address.")
+        raise invalid("email", f"{inputs.brief(email)!r} is not an e-mail address.")
     user, created = User.objects.get_or_create(username=email, defaults={"email": email, "first_name": name[:150]})
     if created:
         if password:
@@ -67,7 +68,7 @@ def org_create(*, name: str, owner: User, slug: str | None = None, tz: str = "UT
     try:
         zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise invalid("timezone", f"{tz!r} is not a known time zone.") from None
+        raise invalid("timezone", f"{inputs.brief(tz)!r} is not a known time zone.") from None
     with transaction.atomic():
         org = Org.objects.create(name=name, slug=slug or _unique_slug(name), timezone=tz, balance_micros=0)
         keystore.data_key_create(str(org.pk))
@@ -143,6 +144,19 @@ def session_key_mint(*, actor: Actor, label: str = "") -> tuple[AgentKey, str]:
         raise ServiceError("FORBIDDEN", "Only an agent key can mint a session key.")
     root = parent.parent or parent
     with mutation(actor, "mint_session_key") as unit:
+        # The bound on live session keys per parent (SPEC §2), checked under the parent
+        # key's row lock so that concurrent mints cannot both pass it.
+        AgentKey.objects.select_for_update().filter(pk=root.pk).values_list("pk", flat=True).get()
+        live = AgentKey.objects.live().filter(parent_id=root.pk).count()
+        limit = settings.RETASC_SESSION_KEYS_MAX
+        if live >= limit:
+            raise ServiceError(
+                "SESSION_KEY_CAP",
+                f"This key already has {live} live session keys (limit {limit}); revoke unused ones first.",
+                tell_human="Revoke unused session keys on the Dash's keys page (or raise RETASC_SESSION_KEYS_MAX).",
+                live=live,
+                limit=limit,
+            )
         key, raw = agent_key_mint(
             org=actor.org,
             user=root.user,
@@ -175,9 +189,12 @@ def _key_with_holder(secret_hash: str):
         f" LEFT JOIN {q(Membership._meta.db_table)} m"
         f" ON m.org_id = k.org_id AND m.user_id = k.user_id AND m.status = %s"
         " WHERE k.secret_hash = %s AND k.revoked_at IS NULL AND o.deleted_at IS NULL"
+        " AND (k.expires_at IS NULL OR k.expires_at > %s)"
     )
     with connection.cursor() as cur:
-        cur.execute(query, [Membership.Status.ACTIVE.value, secret_hash])
+        cur.execute(
+            query, [Membership.Status.ACTIVE.value, secret_hash, connection.ops.adapt_datetimefield_value(timezone.now())]
+        )
         row = cur.fetchone()
     if row is None:
         return None, None

@@ -39,7 +39,15 @@ from apps.orgs.models import Org
 
 log = logging.getLogger(__name__)
 
-_COUNTERS = ("activity_seq", "chain_head", "balance_micros", "monthly_cap_micros", "spend_month", "spend_month_micros")
+_COUNTERS = (
+    "activity_seq",
+    "chain_head",
+    "chain_keyed",
+    "balance_micros",
+    "monthly_cap_micros",
+    "spend_month",
+    "spend_month_micros",
+)
 _ACTIVITY_COLUMNS = (
     "org_id",
     "seq",
@@ -65,6 +73,7 @@ def check_limits(org, action: str, amount: int, now) -> None:
             "BILLING_INACTIVE",
             "The org's credit is used up; reads, heartbeat, checkpoint and release still work.",
             tell_human="Add credit to the org (Dash > Billing) to resume dispatch.",
+            ask_human="The org is out of credit; can you add some in the Dash (Billing) so I can keep working?",
         )
     spent = org.spend_month_micros if org.spend_month == _month(now) else 0
     if org.monthly_cap_micros is not None and spent + amount > org.monthly_cap_micros:
@@ -72,6 +81,7 @@ def check_limits(org, action: str, amount: int, now) -> None:
             "MONTHLY_CAP_REACHED",
             "The org's monthly spend cap is reached; reads, heartbeat, checkpoint and release still work.",
             tell_human="Raise the monthly cap (Dash > Billing) or wait for next month.",
+            ask_human="The org reached its monthly spend cap; can you raise it in the Dash (Billing)?",
         )
 
 
@@ -100,6 +110,12 @@ class Writer:
             raise Org.DoesNotExist(f"org {actor.org.pk} is gone")
         org = Org(pk=actor.org.pk, **dict(zip(_COUNTERS, row, strict=True)))
         seq, head = org.activity_seq, org.chain_head
+        # A chain not yet re-linked under the chain key (``relink_chains``) keeps its
+        # unkeyed links until it is, so that the re-link can verify it whole first.
+        if org.chain_keyed:
+            link = functools.partial(chain.link_hash, chain.chain_key(org.pk))
+        else:
+            link = chain.legacy_link_hash
         rows = []
         for entry in unit.entries:
             seq += 1
@@ -115,7 +131,7 @@ class Writer:
             }
             activity = Activity(**fields, prev_hash=head)
             activity.changes = entry.changes
-            activity.hash = chain.link_hash(head, chain.canonical(**fields, changes_enc=activity.changes_enc))
+            activity.hash = link(head, chain.canonical(**fields, changes_enc=activity.changes_enc))
             head = activity.hash
             rows.append(activity)
         updates = {"activity_seq": seq, "chain_head": head}
@@ -169,6 +185,9 @@ class Writer:
         sql.insert(LedgerEntry, ledger)
         sql.update(Org, org.pk, updates)
         sql.insert(Activity, [{name: getattr(a, name) for name in _ACTIVITY_COLUMNS} for a in rows])
+        if rows and org.chain_keyed:
+            # The head's anchor outside the database (apps.core.chain), after commit.
+            unit.after.append(functools.partial(_anchor, org.pk, seq, head))
 
     def after_commit(self, unit: Unit) -> None:
         if unit.dirty_ranks:
@@ -190,6 +209,14 @@ class Writer:
                 transaction.on_commit(fn)
             except Exception:  # pragma: no cover - defensive
                 log.exception("after-commit effect failed")
+
+
+def _anchor(org_id, seq: int, head: str) -> None:
+    try:
+        chain.write_anchor(org_id, seq, head)
+    except OSError:
+        # The action committed; the next one moves the head file forward.
+        log.warning("could not write the chain head file of org %s", org_id, exc_info=True)
 
 
 WRITER = Writer()

@@ -5,6 +5,10 @@ in the syntax its runtime expands (Claude Code ``${RETASC_KEY}``, Cursor
 ``${env:RETASC_KEY}``, OpenCode ``{env:RETASC_KEY}``, Codex ``bearer_token_env_var``,
 Gemini ``$RETASC_KEY``). Cline does not expand variables in headers, so its block says
 where to paste the key in the (untracked) settings file of the Cline extension.
+
+For clients that prefer stdio, ``retasc mcp`` (run in the bound folder, or with
+``RETASC_KEY`` set) serves the same tools; clients that only connect by URL (custom
+connectors, hosted agents) take the /mcp URL and sign in with OAuth in the browser.
 """
 
 from __future__ import annotations
@@ -101,6 +105,18 @@ def blocks(mcp_url: str) -> list[dict]:
             "text": json.dumps(
                 {"mcpServers": {SERVER_NAME: {"httpUrl": mcp_url, "headers": {"Authorization": "Bearer $RETASC_KEY"}}}}, indent=2
             ),
+        },
+        {
+            "runtime": "stdio",
+            "name": "Any client over stdio (retasc mcp)",
+            "file": "the client's MCP settings; it must start the command in this folder (the key comes from .retasc)",
+            "text": json.dumps({"mcpServers": {SERVER_NAME: {"command": "retasc", "args": ["mcp"]}}}, indent=2),
+        },
+        {
+            "runtime": "oauth",
+            "name": "Clients that connect by URL only (custom connectors, hosted agents)",
+            "file": "the connector's URL field; you approve it in the Dash when it signs in (OAuth)",
+            "text": mcp_url,
         },
     ]
 

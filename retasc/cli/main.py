@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from retasc import __version__
-from retasc.cli import auth, bind, config, doctor, export, issue_write, issues, keys, members, projects
+from retasc.cli import auth, bind, config, doctor, export, issue_write, issues, keys, members, projects, stdio, usage
 from retasc.cli.output import State, err
 
 app = typer.Typer(
@@ -70,12 +70,14 @@ app.command()(bind.join)
 app.command()(doctor.doctor)
 app.command("next")(issues.next_)
 app.command()(export.export)
+app.command("mcp")(stdio.mcp)
 app.add_typer(members.members_app, name="members")
 app.add_typer(keys.key_app, name="key")
 app.add_typer(projects.project_app, name="project")
 # issue_write adds create, update, done, release and comment to the issue group.
 issues.issue_app.add_typer(issue_write.dep_app, name="dep")
 app.add_typer(issues.issue_app, name="issue")
+app.add_typer(usage.usage_app, name="usage")
 
 
 def main() -> None:

@@ -116,7 +116,7 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": database_from_url(DATABASE_URL)}
 else:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    DATA_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)  # and tightened at start-up (apps.core.datadir)
     DATABASES = {"default": sqlite_database(DATA_DIR / "retasc.sqlite3")}
 
 # PostgreSQL: one bounded connection pool per server process. Requests borrow a
@@ -198,13 +198,18 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "apps.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["apps.api.parsers.BoundedJSONParser"],
 }
 # Per agent key (or signed-in user) request rate for /api/v1/, e.g. "600/min".
 RETASC_API_RATE = env_str("RETASC_API_RATE", "600/min")
 if not __import__("re").fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", RETASC_API_RATE):
     raise ImproperlyConfigured(f"RETASC_API_RATE must look like 600/min, not {RETASC_API_RATE!r}.")
 RETASC_UPLOAD_MAX_BYTES = env_int("RETASC_UPLOAD_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+# Every request body is capped before the app reads it (apps.core.bodycap, in front of the
+# whole ASGI app): Content-Length first, then the bytes as they stream. The default fits
+# the largest legal JSON body (a 200000-character title and body, escaped) with room.
+# Uploads (PUT /api/v1/uploads/...) have their own cap, RETASC_UPLOAD_MAX_BYTES.
+RETASC_MAX_BODY_BYTES = env_int("RETASC_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=64 * 1024)
 RETASC_UPLOAD_URL_TTL_SECONDS = env_int("RETASC_UPLOAD_URL_TTL_SECONDS", 900, minimum=10, maximum=7 * 24 * 3600)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Retasc API",
@@ -223,6 +228,10 @@ SPECTACULAR_SETTINGS = {
 # Queue behaviour.
 RETASC_LEASE_TTL_SECONDS = env_int("RETASC_LEASE_TTL_SECONDS", 1800, minimum=5, maximum=7 * 24 * 3600)
 RETASC_CLAIM_CAP = env_int("RETASC_CLAIM_CAP", 7, minimum=1, maximum=1000)
+# Live session keys one agent key may have (mint_session_key refuses past it).
+RETASC_SESSION_KEYS_MAX = env_int("RETASC_SESSION_KEYS_MAX", 16, minimum=1, maximum=1000)
+# The Dash re-checks a chain from its last verified head; a whole walk at least this often.
+RETASC_CHAIN_RECHECK_SECONDS = env_int("RETASC_CHAIN_RECHECK_SECONDS", 600, minimum=0)
 RETASC_RECLAIM_INTERVAL_SECONDS = env_int("RETASC_RECLAIM_INTERVAL_SECONDS", 30, minimum=1)
 # How long `retasc login` waits between polls of the device flow.
 RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECONDS", 5, minimum=1, maximum=60)
@@ -231,10 +240,15 @@ RETASC_DEVICE_POLL_INTERVAL_SECONDS = env_int("RETASC_DEVICE_POLL_INTERVAL_SECON
 RETASC_BILLING_ENFORCE = env_bool("RETASC_BILLING_ENFORCE", False)
 
 # MCP at /mcp (apps.mcp). Largest accepted request body; larger ones get HTTP 413.
-RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=64 * 1024)
+# (The ASGI cap, RETASC_MAX_BODY_BYTES, applies first and answers in JSON; this one is
+# the MCP SDK's own, kept at the same size by default.)
+RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", RETASC_MAX_BODY_BYTES, minimum=64 * 1024)
 # Test instances only: answer initialize / ping / tools/list without a key (every tool
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
+# MCP authorization (OAuth 2.1) for clients that cannot paste a bearer key. OAuth needs an
+# https public URL (or a loopback one); on a plain-http public host it stays off.
+RETASC_MCP_OAUTH = env_bool("RETASC_MCP_OAUTH", True)
 
 LOGGING = {
     "version": 1,

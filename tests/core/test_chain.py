@@ -219,7 +219,7 @@ def test_edited_and_rehashed_entry_breaks_the_next_link(chained):
     with tampering() as cur:
         cur.execute(
             "UPDATE issues_activity SET principal_id = NULL, key_id = NULL, runtime = 'dash', hash = %s WHERE id = %s",
-            [chain.link_hash(target.prev_hash, payload), target.pk],
+            [chain.link_hash(chain.chain_key(chained.org.pk), target.prev_hash, payload), target.pk],
         )
     _broken(chained, 5, "prevHash does not match the previous entry's hash (reordered or replaced)")
 
@@ -256,7 +256,14 @@ def test_inserted_entry_even_with_valid_hashes(chained):
         cur.execute(
             "INSERT INTO issues_activity (org_id, seq, issue_id, principal_id, key_id, runtime, verb, changes_enc,"
             " created_at, prev_hash, hash) VALUES (%s, %s, NULL, NULL, NULL, 'dash', 'forged', %s, %s, %s, %s)",
-            [_org_uuid(chained.org), n, bytes(last.changes_enc), last.created_at, last.hash, chain.link_hash(last.hash, payload)],
+            [
+                _org_uuid(chained.org),
+                n,
+                bytes(last.changes_enc),
+                last.created_at,
+                last.hash,
+                chain.link_hash(chain.chain_key(chained.org.pk), last.hash, payload),
+            ],
         )
     _broken(chained, n + 1, f"the chain ends at seq {n} but the org's head is seq {n - 1} (entries appended past the head)")
 

@@ -233,8 +233,9 @@ def test_rewrap_keys_is_idempotent_and_reports_counts(db, own_keystore, capsys):
         call_command("rewrap_keys", "--json")
         call_command("rewrap_keys", "--json")
     first, second = capsys.readouterr().out.strip().splitlines()
-    assert first == '{"keys": 2, "rewrapped": 2}'
-    assert second == '{"keys": 2, "rewrapped": 0}'
+    # Two orgs' data keys and the receipt chain's secret (apps.core.chain).
+    assert first == '{"keys": 3, "rewrapped": 3}'
+    assert second == '{"keys": 3, "rewrapped": 0}'
 
 
 def test_rewrap_without_the_old_key_fails_and_changes_nothing(db, own_keystore):
@@ -255,7 +256,7 @@ def test_rewrap_never_resurrects_a_destroyed_key(db, own_keystore, monkeypatch):
     with override_settings(RETASC_MASTER_KEY=old):
         w = build_world()
     victim = own_keystore / f"{w.org.pk}.key"
-    real_lock = keystore._store_lock
+    real_lock = keystore.store_lock
 
     @contextmanager
     def delete_lands_first():
@@ -264,7 +265,7 @@ def test_rewrap_never_resurrects_a_destroyed_key(db, own_keystore, monkeypatch):
         with real_lock():
             yield
 
-    monkeypatch.setattr(keystore, "_store_lock", delete_lands_first)
+    monkeypatch.setattr(keystore, "store_lock", delete_lands_first)
     with override_settings(RETASC_MASTER_KEY=f"{new},{old}"):
         call_command("rewrap_keys")
     assert not victim.exists()

@@ -58,6 +58,27 @@ def seed():
     agent(li, "gemini", "li experiments")
     human = actor_for_human(user=maya, org=org)
     now = timezone.now()
+    # Runtime usage as `retasc usage push` reports it (counts only), for the fleet view.
+    from apps.billing.usage import usage_report
+
+    for actor, runtime, model, scale in (
+        (a_maya, "claude-code", "claude-sonnet-4-5", 9),
+        (a_li, "codex", "gpt-5-codex", 6),
+        (a_sam, "cursor", "", 2),
+    ):
+        days = [
+            {
+                "day": (now - timedelta(days=d)).date().isoformat(),
+                "model": model,
+                "inputTokens": scale * (41_000 + 3_100 * d),
+                "outputTokens": scale * (7_300 + 410 * d),
+                "cacheReadTokens": scale * 180_000,
+                "sessions": 1 + (d + scale) % 3,
+                "messages": scale * (11 + d),
+            }
+            for d in range(6)
+        ]
+        usage_report(actor=actor, runtime=runtime, days=days)
 
     def new(actor, title, **kw):
         kw.setdefault("work", True)
@@ -169,6 +190,7 @@ def test_screenshots(transactional_db, tmp_path):
             shot(phone, "/queue/", "queue-phone")
             shot(phone, "/board/", "board-phone")
             shot(page, "/fleet/", "fleet")
+            shot(page, "/fleet/", "fleet-usage", full=True)
             shot(page, "/issues/API-1/", "issue", full=True)
             shot(page, "/org/members/", "members")
             page.goto("/org/keys/")

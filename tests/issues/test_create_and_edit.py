@@ -371,6 +371,7 @@ def test_containers_are_never_dispatched_and_claim_says_not_work(world, unchange
         "blocked": 0,
         "claimed": 0,
         "awaitingTriage": 0,
+        "tellHuman": "The queue is empty: file new work (save_issue, the Dash or a connector) to give agents something to do.",
     }
     assert leases.next_batch(actor=world.a, all_lanes=True) == {"issues": []}
     refused(unchanged, "NOT_WORK", lambda: leases.claim_issue(actor=world.a, identifier=container.identifier))

@@ -157,6 +157,8 @@ def test_lanes_own_and_unassigned_never_a_teammates(world, clock):
         "blocked": 0,
         "claimed": 2,
         "awaitingTriage": 0,
+        "tellHuman": "No work is ready for me: 1 ready issue(s) are in teammates' lanes (unassign them, or let me pull with "
+        "allLanes); 2 issue(s) are held by other agents.",
     }
     assert leases.next_batch(actor=world.a) == {"issues": []}
     # the teammate gets it
@@ -198,6 +200,9 @@ def test_empty_pull_counts(world):
         "blocked": 2,
         "claimed": 1,
         "awaitingTriage": 1,
+        "tellHuman": "No work is ready for me: 1 issue(s) await triage (accept them in the Dash); 1 ready issue(s) are in "
+        "teammates' lanes (unassign them, or let me pull with allLanes); 2 issue(s) are blocked (finish their blockers or "
+        "clear the blocked flag); 1 issue(s) are held by other agents.",
     }
     assert live_claims() == before
 

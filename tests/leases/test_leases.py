@@ -51,6 +51,7 @@ def test_claim_answer(world, clock):
         "branch",
         "resumed",
         "checkpoint",
+        "handoff",
         "checkpointBy",
         "reclaimCount",
     }
@@ -111,6 +112,7 @@ def test_checkpoint_renews_and_is_the_latest_handoff(world, clock):
     assert leases.checkpoint(actor=world.a, identifier="ACME-1", note="step 1 done", claim_token=token) == {
         "identifier": "ACME-1",
         "checkpoint": "step 1 done",
+        "handoff": None,
         "claimExpiresAt": iso(clock.now + LEASE),
     }
     leases.checkpoint(actor=world.a, identifier="ACME-1", note="step 2 done", claim_token=token)

@@ -139,12 +139,9 @@ def test_every_authentication_failure_is_one_unauthorized(live_mcp, tworld):
     for status, headers, body in answers:
         assert status == 401
         assert headers["WWW-Authenticate"].startswith("Bearer")
-        assert "resource_metadata" not in headers["WWW-Authenticate"]
+        # OAuth-only clients learn where to sign in (SPEC §5); key holders never get here.
+        assert f'resource_metadata="{live_mcp.base}/.well-known/oauth-protected-resource/mcp"' in headers["WWW-Authenticate"]
         assert json.loads(body) == {"code": "UNAUTHORIZED", "message": "Missing, unknown or revoked agent key."}
-    # No OAuth discovery metadata for a bearer-key server.
-    with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(f"{live_mcp.base}/.well-known/oauth-protected-resource", timeout=10)
-    assert missing.value.code == 404
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -9,6 +9,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from apps.dash import markdown
+from apps.issues.handoff import fields as handoff_fields
 
 register = template.Library()
 
@@ -128,3 +129,9 @@ def changed_items(changes):
             before, after = None, change
         out.append((name, before, after))
     return out
+
+
+@register.filter
+def handoff(note):
+    """A structured checkpoint's fields ({done, next, gotchas, branch}), or None for free text."""
+    return handoff_fields(note)

@@ -18,6 +18,7 @@ from apps.core.errors import ServiceError
 from apps.dash.context import dash_view
 from apps.dash.selectors import issue_page
 from apps.dash.views.common import csv, field, lines, text
+from apps.issues import acceptance as acceptance_rules
 from apps.issues import services as issue_services
 from apps.orgs.models import Membership, Project
 
@@ -89,7 +90,7 @@ def issue_new(request):
             due_at=field(request, "due_at") or None,
             assignee=field(request, "assignee") or None,
             labels=csv(field(request, "labels")) or None,
-            acceptance=lines(request.POST.get("acceptance", "")) or None,
+            acceptance=[acceptance_rules.from_line(line) for line in lines(request.POST.get("acceptance", ""))] or None,
             parent=field(request, "parent") or None,
         )
     except ServiceError as exc:
@@ -106,8 +107,8 @@ def _edit_values(issue, shape) -> dict:
         "priority": str(shape["priority"]),
         "due_at": due,
         "labels": ", ".join(shape["labels"]),
-        "acceptance": "\n".join(shape["acceptance"]),
-        "evidence": "\n".join(e or "" for e in shape["evidence"]),
+        "acceptance": "\n".join(acceptance_rules.to_line(c) for c in shape["acceptance"]),
+        "evidence": "\n".join(acceptance_rules.evidence_text(e) for e in shape["evidence"]),
         "parent": shape["parent"] or "",
         "work": "on" if shape["work"] else "",
     }
@@ -142,7 +143,7 @@ def issue_edit(request, identifier: str):
         if name == "labels":
             changes["labels"] = csv(value)
         elif name == "acceptance":
-            changes["acceptance"] = lines(value)
+            changes["acceptance"] = [acceptance_rules.from_line(line) for line in lines(value)]
         elif name == "evidence":
             changes["evidence"] = lines(value)
         elif name == "work":

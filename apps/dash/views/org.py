@@ -18,7 +18,7 @@ from apps.accounts.session import switch_org
 from apps.core.errors import ServiceError, not_found
 from apps.dash.agent_configs import configs
 from apps.dash.context import dash_view
-from apps.dash.selectors import keys_page
+from apps.dash.selectors import USAGE_WINDOW, keys_page, member_usage
 from apps.dash.views.common import field, no_store, page_with_error
 from apps.leases import revocation
 from apps.orgs import selectors as org_selectors
@@ -82,6 +82,8 @@ def _members_context(request) -> dict:
     return {
         "members": org_selectors.members_list(actor=request.actor, query=request.GET.get("q") or None),
         "q": request.GET.get("q", ""),
+        "usage": member_usage(actor=request.actor),
+        "usage_days": USAGE_WINDOW.days,
     }
 
 

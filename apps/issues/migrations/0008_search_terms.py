@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('issues', '0006_claim'),
+        ('issues', '0007_activity_relink'),
         ('orgs', '0002_invite_projectalias'),
     ]
 

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orgs', '0002_invite_projectalias'),
+        ('orgs', '0004_org_chain_keyed'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
