@@ -136,11 +136,13 @@ def row_state(issue: Issue, shape: dict, live) -> str:
     return "waiting"
 
 
-def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
-    """The queue table, its counts and the filter choices."""
-    now = timezone.now()
+def _filtered(*, actor: Actor, filters: QueueFilters, now, projects: list) -> tuple:
+    """The org's issues narrowed by every filter except status and search.
+
+    Returns ``(queryset, project or None)``. A bad filter value is reported in
+    ``filters.errors`` and narrows nothing. The queue and the board both read through here.
+    """
     tz = zoneinfo.ZoneInfo(actor.org.timezone)
-    projects = list(Project.objects.filter(org_id=actor.org.pk).order_by("prefix"))
     qs = Issue.objects.filter(org_id=actor.org.pk)
     project = None
     if filters.project:
@@ -149,11 +151,6 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
             filters.errors.append(f"No project {filters.project}.")
         else:
             qs = qs.filter(project=project)
-    by_status = dict(qs.values("status").annotate(n=Count("pk")).values_list("status", "n"))
-    if filters.status == "open":
-        qs = qs.exclude(status__in=CLOSED)
-    elif filters.status in Status.values:
-        qs = qs.filter(status=filters.status)
     if filters.priority.isdigit():
         qs = qs.filter(priority=int(filters.priority))
     if filters.lane:
@@ -192,6 +189,11 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
             .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
             .exclude(_open_blocker_exists())
         )
+    return qs, project
+
+
+def _searched(qs, *, actor: Actor, filters: QueueFilters) -> tuple:
+    """``qs`` narrowed by the search words (if any) and the order to show it in."""
     order = ORDERS[filters.order]
     if filters.search:
         try:
@@ -199,29 +201,56 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
             order = ("-hits", *order)
         except ServiceError as exc:
             filters.errors.append(exc.message)
-    qs = qs.with_people().order_by(*order, "pk")
-    matched = qs.count()  # what the rows are pages of: the header counts the same issues
-    issues = list(qs[filters.offset : filters.offset + PAGE + 1])
-    more = len(issues) > PAGE
-    issues = issues[:PAGE]
+    return qs, order
+
+
+def _rows(issues: list, *, actor: Actor, now) -> list[dict]:
+    """What a row of the table or a card of the board shows about each issue."""
     shapes = issue_shapes(issues, actor=actor, now=now)
     live = _live_claims_by_issue([i.pk for i in issues], now)
     rows = []
     for issue, shape in zip(issues, shapes, strict=True):
         claim = live.get(issue.pk)
         rows.append({"issue": issue, "s": shape, "claim": claim, "state": row_state(issue, shape, claim)})
-    counts = Counter()
-    for p in [project] if project else projects:
-        for k, v in queue_counts(actor=actor, project_id=p.pk, now=now).items():
-            counts[k] += v
+    return rows
+
+
+def _choices(actor: Actor) -> dict:
     runtimes = sorted(set(AgentKey.objects.filter(org_id=actor.org.pk).values_list("runtime", flat=True)))
     members = list(
         Membership.objects.filter(org_id=actor.org.pk, status=Membership.Status.ACTIVE)
         .select_related("user")
         .order_by("user__email")
     )
+    return {"runtimes": runtimes, "members": members, "statuses": Status.values}
+
+
+def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
+    """The queue table, its counts and the filter choices."""
+    now = timezone.now()
+    projects = list(Project.objects.filter(org_id=actor.org.pk).order_by("prefix"))
+    scope = Issue.objects.filter(org_id=actor.org.pk)
+    project = next((p for p in projects if p.prefix == filters.project), None) if filters.project else None
+    if project is not None:
+        scope = scope.filter(project=project)
+    by_status = dict(scope.values("status").annotate(n=Count("pk")).values_list("status", "n"))
+    qs, project = _filtered(actor=actor, filters=filters, now=now, projects=projects)
+    if filters.status == "open":
+        qs = qs.exclude(status__in=CLOSED)
+    elif filters.status in Status.values:
+        qs = qs.filter(status=filters.status)
+    qs, order = _searched(qs, actor=actor, filters=filters)
+    qs = qs.with_people().order_by(*order, "pk")
+    matched = qs.count()  # what the rows are pages of: the header counts the same issues
+    issues = list(qs[filters.offset : filters.offset + PAGE + 1])
+    more = len(issues) > PAGE
+    issues = issues[:PAGE]
+    counts = Counter()
+    for p in [project] if project else projects:
+        for k, v in queue_counts(actor=actor, project_id=p.pk, now=now).items():
+            counts[k] += v
     return {
-        "rows": rows,
+        "rows": _rows(issues, actor=actor, now=now),
         "more": more,
         "filters": filters,
         "projects": projects,
@@ -229,10 +258,58 @@ def queue_page(*, actor: Actor, filters: QueueFilters) -> dict:
         "total": sum(by_status.values()),
         "matched": matched,
         "counts": dict(counts),
-        "runtimes": runtimes,
-        "members": members,
-        "statuses": Status.values,
         "now": now,
+        **_choices(actor),
+    }
+
+
+BOARD_OPEN_CARDS = 100  # per open column; the column's count says how many match
+BOARD_CLOSED_CARDS = 10  # done and canceled show their most recently closed
+
+
+def board_page(*, actor: Actor, filters: QueueFilters) -> dict:
+    """The board: one column per status, the same filters as the queue.
+
+    A status filter of one status shows that column only; otherwise every status has a
+    column (closed ones collapsed, their most recent first, unless asked for).
+    """
+    now = timezone.now()
+    projects = list(Project.objects.filter(org_id=actor.org.pk).order_by("prefix"))
+    qs, _project = _filtered(actor=actor, filters=filters, now=now, projects=projects)
+    qs, order = _searched(qs, actor=actor, filters=filters)
+    statuses = [filters.status] if filters.status in Status.values else list(Status.values)
+    counts = dict(
+        qs.order_by()
+        .filter(status__in=statuses)
+        .values("status")
+        .annotate(n=Count("pk", distinct=True))
+        .values_list("status", "n")
+    )
+    columns = []
+    for status in statuses:
+        closed = status in CLOSED
+        column = qs.with_people().filter(status=status)
+        if closed:
+            column = column.order_by("-closed_at", "-updated_at", "pk")[:BOARD_CLOSED_CARDS]
+        else:
+            column = column.order_by(*order, "pk")[:BOARD_OPEN_CARDS]
+        issues = list(column)
+        columns.append(
+            {
+                "status": status,
+                "closed": closed,
+                "open": not closed or filters.status in (status, "all"),
+                "count": counts.get(status, 0),
+                "cards": _rows(issues, actor=actor, now=now),
+            }
+        )
+    return {
+        "columns": columns,
+        "filters": filters,
+        "projects": projects,
+        "matched": sum(counts.values()),
+        "now": now,
+        **_choices(actor),
     }
 
 

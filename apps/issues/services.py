@@ -277,6 +277,8 @@ def issue_update(
     priority=UNSET,
     due_at=UNSET,
     labels=UNSET,
+    labels_add=UNSET,
+    labels_remove=UNSET,
     acceptance=UNSET,
     evidence=UNSET,
     cancel_reason=UNSET,
@@ -290,10 +292,19 @@ def issue_update(
     ``unfenced``: the system writing what happened at the issue's source (an upstream
     edit, close or merge through a connector); the source is the truth, so a live claim
     does not fence it (a close still ends the claim). Only a system actor may pass it.
-    ``receipt_verb`` names the receipt instead of the default (a triage sign-off)."""
+    ``receipt_verb`` names the receipt instead of the default (a triage sign-off).
+    ``labels`` replaces the issue's labels; ``labels_add`` / ``labels_remove`` change them
+    relative to what the issue has, read under the issue's lock (not with ``labels``).
+    """
     if unfenced and (actor.principal_id is not None or actor.key is not None):
         raise ServiceError("FORBIDDEN", "Only the system writes past a claim.")
     parsed: dict = {}
+    if labels is not UNSET and (labels_add is not UNSET or labels_remove is not UNSET):
+        raise invalid("labels", "Give the labels, or labels to add and remove, not both.")
+    if labels_add is not UNSET:
+        parsed["labelsAdd"] = inputs.string_list(labels_add, "labelsAdd", item_limit=60)
+    if labels_remove is not UNSET:
+        parsed["labelsRemove"] = inputs.string_list(labels_remove, "labelsRemove", item_limit=60)
     if title is not UNSET:
         parsed["title"] = inputs.text(title, "title", required=True, limit=inputs.MAX_TITLE, one_line=True)
     if body is not UNSET:
@@ -374,6 +385,12 @@ def issue_update(
             if criteria == 0:
                 raise invalid("evidence", "This issue has no acceptance criteria to give evidence for.")
             put("evidence", "evidence", inputs.evidence(evidence, criteria))
+        if "labelsAdd" in parsed or "labelsRemove" in parsed:
+            names = dict.fromkeys(issue.labels.values_list("name", flat=True))  # under the issue lock
+            names.update(dict.fromkeys(parsed.get("labelsAdd", [])))
+            for name in parsed.get("labelsRemove", []):
+                names.pop(name, None)
+            labels = list(names)
         if labels is not UNSET:
             new_labels = _labels(actor=actor, names=labels)
             before = sorted(issue.labels.values_list("name", flat=True))
@@ -447,6 +464,55 @@ def issue_triage(*, actor: Actor, identifier: str, accept, reason=None) -> Issue
         cancel_reason=reason,
         receipt_verb="triage_rejected",
     )
+
+
+def issue_bulk_update(
+    *,
+    actor: Actor,
+    identifiers,
+    status=UNSET,
+    priority=UNSET,
+    assignee=UNSET,
+    labels_add=UNSET,
+    labels_remove=UNSET,
+) -> list[dict]:
+    """Apply one change to several issues: each through ``issue_update`` in its own unit
+    of work (one receipt per changed issue). A refusal of one issue is reported in its
+    entry and does not stop the others. Returns ``[{identifier, ok, error}]`` in order.
+
+    The request itself is refused whole (nothing written) when it names no issue, more
+    than ``inputs.MAX_ITEMS`` (50), no change, or a bad status or priority.
+    """
+    idents = list(dict.fromkeys(i.upper() for i in inputs.string_list(identifiers, "identifiers", item_limit=40)))
+    if not idents:
+        raise invalid("identifiers", "Select at least one issue.")
+    changes = {
+        name: value
+        for name, value in (
+            ("status", status),
+            ("priority", priority),
+            ("assignee", assignee),
+            ("labels_add", labels_add),
+            ("labels_remove", labels_remove),
+        )
+        if value is not UNSET
+    }
+    if not changes:
+        raise invalid("changes", "Choose a change to apply: status, priority, labels or lane.")
+    # The change itself is checked once, up front: a bad value refuses the whole request.
+    if "priority" in changes:
+        inputs.priority(changes["priority"])
+    if "status" in changes and changes["status"] not in Status.values:
+        raise invalid("status", f"Unknown status {changes['status']!r}; use one of {', '.join(Status.values)}.")
+    results = []
+    for identifier in idents:
+        try:
+            issue = issue_update(actor=actor, identifier=identifier, **changes)
+        except ServiceError as exc:
+            results.append({"identifier": identifier, "ok": False, "error": exc})
+        else:
+            results.append({"identifier": issue.identifier, "ok": True, "error": None})
+    return results
 
 
 def _column(attr: str) -> str:

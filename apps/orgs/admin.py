@@ -11,6 +11,7 @@ from apps.orgs.models import (
     Org,
     Project,
     ProjectAlias,
+    SavedFilter,
 )
 
 
@@ -81,6 +82,16 @@ class ProjectAliasAdmin(admin.ModelAdmin):
     list_display = ["prefix", "project", "org", "created_at"]
     search_fields = ["prefix", "org__slug", "project__prefix"]
     raw_id_fields = ["org", "project"]
+
+
+@admin.register(SavedFilter)
+class SavedFilterAdmin(admin.ModelAdmin):
+    # The query is sealed (it may hold search words): staff see the name and owner only.
+    list_display = ["name", "user", "org", "updated_at"]
+    search_fields = ["name", "user__email", "org__slug"]
+    raw_id_fields = ["user", "org"]
+    fields = ["name", "user", "org"]
+    readonly_fields = ["name", "user", "org"]
 
 
 @admin.register(OAuthClient)

@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.core.sealed import Sealed
+
 
 class Org(models.Model):
     """A tenant. Its UUID names its data key in the key store and binds its ciphertexts."""
@@ -168,6 +170,26 @@ class Invite(models.Model):
         if self.expires_at <= now:
             return "expired"
         return "pending"
+
+
+class SavedFilter(models.Model):
+    """A member's named view of the queue: the filter's query string, sealed like content
+    (it may hold search words). Only its owner lists, applies or deletes it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="saved_filters")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_filters")
+    name = models.CharField(max_length=80)
+    query_enc = models.BinaryField()
+    query = Sealed()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "user", "name"], name="saved_filter_unique_name")]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class OAuthClient(models.Model):

@@ -11,6 +11,7 @@ from datetime import timedelta
 from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -19,7 +20,7 @@ from apps.core import inputs, keystore, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import mutation
 from apps.orgs.actor import Actor
-from apps.orgs.models import AgentKey, CreditGrant, Invite, Membership, Org, Project, ProjectAlias
+from apps.orgs.models import AgentKey, CreditGrant, Invite, Membership, Org, Project, ProjectAlias, SavedFilter
 from apps.orgs.selectors import email_verified
 
 User = get_user_model()
@@ -616,3 +617,61 @@ def org_settings_update(*, actor: Actor, lease_ttl_seconds=None, claim_cap=None,
             org.save(update_fields=changed)
             unit.record("org_settings_changed", changes=changes)
     return org
+
+
+MAX_SAVED_FILTERS = 50  # per member and org
+MAX_FILTER_QUERY = 2000
+
+
+def _filter_owner(actor: Actor) -> None:
+    if actor.is_agent or actor.principal_id is None:
+        raise forbidden("Saved filters belong to people; sign in to the Dash.")
+
+
+def saved_filter_save(*, actor: Actor, name, query) -> SavedFilter:
+    """Save the member's current filter under ``name``; the same name again replaces it.
+
+    ``query`` is the filter's query string as the interface normalized it. A member keeps
+    at most MAX_SAVED_FILTERS. The member's own rows are locked (in primary-key order)
+    before counting, so two saves cannot both pass the cap.
+    """
+    _filter_owner(actor)
+    name = str(name or "").strip()
+    if not name or len(name) > 80 or "\n" in name:
+        raise invalid("name", "Name the filter: one line, at most 80 characters.")
+    query = str(query or "").strip().lstrip("?")
+    if len(query) > MAX_FILTER_QUERY:
+        raise invalid("query", f"That filter is too long to save (at most {MAX_FILTER_QUERY} characters).")
+    with mutation(actor, "saved_filter_save", charge=False):
+        mine = list(
+            SavedFilter.objects.filter(org_id=actor.org.pk, user_id=actor.principal_id)
+            .order_by("pk")
+            .select_for_update(of=("self",))
+        )
+        same = next((f for f in mine if f.name == name), None)
+        if same is not None:
+            same.query = query
+            same.save(update_fields=["query_enc", "updated_at"])
+            return same
+        if len(mine) >= MAX_SAVED_FILTERS:
+            raise ServiceError("CONFLICT", f"You have {MAX_SAVED_FILTERS} saved filters; delete one first.")
+        saved = SavedFilter(org_id=actor.org.pk, user_id=actor.principal_id, name=name)
+        saved.query = query
+        try:
+            with transaction.atomic():
+                saved.save(force_insert=True)
+        except IntegrityError:  # the same name saved at the same moment by another tab
+            raise ServiceError("CONFLICT", f"A filter named {name!r} was just saved; try again.") from None
+    return saved
+
+
+def saved_filter_delete(*, actor: Actor, filter_id) -> None:
+    """Delete one of the member's saved filters (NOT_FOUND for anyone else's)."""
+    _filter_owner(actor)
+    with mutation(actor, "saved_filter_delete", charge=False):
+        try:
+            deleted, _ = SavedFilter.objects.filter(pk=filter_id, org_id=actor.org.pk, user_id=actor.principal_id).delete()
+        except (ValueError, TypeError, ValidationError):
+            deleted = 0
+        if deleted == 0:
+            raise not_found("That saved filter")

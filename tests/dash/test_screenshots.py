@@ -189,9 +189,9 @@ def test_screenshots(transactional_db, tmp_path):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
-            def context(scheme="light", lang="en"):
+            def context(scheme="light", lang="en", width=1440, height=900):
                 ctx = browser.new_context(
-                    base_url=server.base, viewport={"width": 1440, "height": 900}, color_scheme=scheme, locale="en-US"
+                    base_url=server.base, viewport={"width": width, "height": height}, color_scheme=scheme, locale="en-US"
                 )
                 ctx.add_cookies(
                     [
@@ -207,7 +207,18 @@ def test_screenshots(transactional_db, tmp_path):
                 page.screenshot(path=str(out / f"{name}.png"), full_page=full)
 
             page = context().new_page()
+            page.goto("/queue/?priority=1")
+            page.fill("#filter-save input[name=name]", "urgent")
+            page.click("#filter-save button[type=submit]")
             shot(page, "/queue/", "queue")
+            shot(page, "/board/", "board")
+            page.goto("/queue/")
+            page.keyboard.press("?")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(out / "queue-shortcuts.png"))
+            phone = context(width=390, height=844).new_page()
+            shot(phone, "/queue/", "queue-phone")
+            shot(phone, "/board/", "board-phone")
             shot(page, "/fleet/", "fleet")
             shot(page, "/fleet/", "fleet-usage", full=True)
             shot(page, "/issues/API-1/", "issue", full=True)
