@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.template.response import TemplateResponse
 
 from apps.core.unit import mutation
-from apps.issues.models import Activity, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation
+from apps.issues.models import Activity, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, SearchTerm
 from apps.issues.services import org_delete
 from apps.orgs.actor import Actor
 from apps.orgs.admin import OrgAdmin
@@ -181,3 +181,17 @@ class ShreddingOrgAdmin(OrgAdmin):
 
 admin.site.unregister(Org)
 admin.site.register(Org, ShreddingOrgAdmin)
+
+
+@admin.register(SearchTerm)
+class SearchTermAdmin(admin.ModelAdmin):
+    # Keyed terms (HMACs) of issue text; nothing readable to show, nothing to edit.
+    list_display = ["issue", "org"]
+    exclude = ["term"]
+    raw_id_fields = ["issue", "org"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

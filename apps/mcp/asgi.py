@@ -58,7 +58,7 @@ def no_get_stream(app):
     same JSON the transport gives a DELETE."""
 
     async def wrapper(scope, receive, send):
-        if scope["type"] == "http" and scope.get("method") == "GET":
+        if scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path", "").rstrip("/") == MCP_PATH:
             headers = [
                 (b"content-type", b"application/json"),
                 (b"allow", b"POST"),

@@ -243,7 +243,7 @@ def test_only_an_agent_key_reports(world):
 
 @pytest.mark.slow
 def test_usage_push_then_fleet_and_member_pages(cli, tworld, logs, monkeypatch):
-    monkeypatch.setenv("RETASC_KEY", tworld.owner_agent.raw)
+    cli.env_extra = {"RETASC_KEY": tworld.owner_agent.raw}
     shown = cli.json("usage", "show", folder=logs)
     assert [r["runtime"] for r in shown["reports"]] == ["claude-code", "codex"]
     first = cli.json("usage", "push", folder=logs)

@@ -101,8 +101,14 @@ def test_wrong_key_stops_manage_py(deployment):
 
 def test_wrong_key_stops_every_command_not_only_check(deployment):
     data_dir, _ = deployment
+    database = data_dir / "retasc.sqlite3"
+
+    def state():
+        return (database.stat().st_mtime_ns, database.stat().st_size, database.read_bytes()) if database.exists() else None
+
+    before = state()
     assert_one_sentence(manage(data_dir, _key(), "verify_chain"), WRONG_KEY)
-    assert not (data_dir / "retasc.sqlite3").exists()  # stopped before touching the database
+    assert state() == before  # stopped before touching the database
 
 
 def test_wrong_key_stops_the_asgi_server(deployment):

@@ -87,6 +87,7 @@ def test_tools_list_is_complete_and_small(live_mcp, tworld):
         "claimToken",
     }
     assert set(tools["list_issues"]["inputSchema"]["properties"]) == {
+        "query",
         "status",
         "priority",
         "label",
