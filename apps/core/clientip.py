@@ -70,6 +70,9 @@ def request_ip(request) -> str | None:
     return client_ip(meta.get("REMOTE_ADDR"), meta.get("HTTP_X_FORWARDED_FOR"))
 
 
+FORWARDED_MARK = "retasc.forwarded"
+
+
 class UntrustedForwardedHeaders:
     """Middleware, first in the stack: a request that did not come from a trusted proxy
     loses its ``X-Forwarded-For`` and ``X-Forwarded-Proto``, so nothing downstream
@@ -83,6 +86,10 @@ class UntrustedForwardedHeaders:
 
     def __call__(self, request):
         meta = request.META
+        if any(meta.get(name) for name in self.FORWARDED):
+            # Kept for rules that care whether a proxy was involved at all (``/metrics``
+            # is for direct loopback clients only), whether or not the headers are believed.
+            meta[FORWARDED_MARK] = True
         remote = _address(meta.get("REMOTE_ADDR") or "")
         if remote is None or not _trusted(remote, settings.RETASC_TRUSTED_PROXIES):
             for name in self.FORWARDED:

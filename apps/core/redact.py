@@ -18,14 +18,17 @@ REDACTED = "[redacted]"
 _PATTERNS = (
     # Credentials Retasc issues: a fixed prefix, then the secret part (agent keys, invite
     # codes, personal tokens, device codes, claim tokens).
-    (re.compile(r"\b(rtsc(?:inv|pat|dev)?_|rtclm_)[A-Za-z0-9_\-]{4,}"), r"\1" + REDACTED),
+    (re.compile(r"\b(rtsc(?:inv|pat|dev)?_|rtclm_)(?!\[redacted\])[A-Za-z0-9_\-]+"), r"\1" + REDACTED),
     # Capability URLs: the path segment is the secret (a URL pattern's <placeholder> is not).
     (re.compile(r"(/uploads/)(?!<)[^/\s?#\"']+"), r"\1" + REDACTED),
     (re.compile(r"(/invite/)(?!<|rtscinv_\[)[^/\s?#\"']+"), r"\1" + REDACTED),
     # Bearer headers, and password/token/code values in queries and JSON bodies.
     (re.compile(r"(?i)\b(bearer\s+)[^\s\"',]+"), r"\1" + REDACTED),
     (re.compile(r"(?i)\b(password\d?|passwd|secret|token|code|key)=[^&\s\"']+"), r"\1=" + REDACTED),
-    (re.compile(r"(?i)(\"(?:password\d?|secret|token|code|key|claimToken)\"\s*:\s*\")[^\"]*"), r"\1" + REDACTED),
+    (
+        re.compile(r"(?i)(\"(?:password\d?|secret|token|code|key|claimToken)\"\s*:\s*\")(?![a-z]*_\[redacted\]\")[^\"]*"),
+        r"\1" + REDACTED,
+    ),
 )
 
 

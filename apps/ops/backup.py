@@ -56,7 +56,7 @@ MANIFEST = "manifest.json"
 HEADS = "chain_heads.json"
 DB_MEMBER = {"sqlite": "database.sqlite3", "postgresql": "database.pgdump"}
 KEYS = "keys/"
-_KEY_NAME = re.compile(r"(canary|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.key)")
+_KEY_NAME = re.compile(r"(canary|chain\.secret|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.key)")
 _CHUNK = 1 << 20
 
 

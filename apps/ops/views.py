@@ -18,6 +18,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from apps.core import metrics
+from apps.core.clientip import FORWARDED_MARK
 from apps.issues.models import CLOSED, DISPATCHABLE, Issue, Relation
 from apps.ops.asgi import observe_db_pool
 from apps.orgs.models import Org, Project
@@ -42,7 +43,8 @@ def _allowed(request) -> JsonResponse | None:
         if scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode()):
             return None
         return _refusal(401, "UNAUTHORIZED", "Missing or wrong metrics token.")
-    local = request.META.get("REMOTE_ADDR") in _LOOPBACK and not any(request.META.get(h) for h in _FORWARDING)
+    forwarded = request.META.get(FORWARDED_MARK) or any(request.META.get(h) for h in _FORWARDING)
+    local = request.META.get("REMOTE_ADDR") in _LOOPBACK and not forwarded
     if local:
         return None
     return _refusal(403, "FORBIDDEN", "Metrics are served to loopback only; set RETASC_METRICS_TOKEN to scrape from elsewhere.")

@@ -17,6 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_wheel_installs_a_working_retasc(tmp_path):
+    ours = Path(sys.executable).with_name("retasc")
+    had_ours = ours.exists()
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip"]
     subprocess.run(
@@ -35,7 +37,10 @@ def test_the_wheel_installs_a_working_retasc(tmp_path):
     assert "retasc/cli/main.py" in names and "retasc/cli/issue_write.py" in names
 
     prefix = tmp_path / "prefix"
-    subprocess.run([*pip, "install", "-q", "--no-deps", "--prefix", str(prefix), str(wheel)], check=True, timeout=300)
+    # --ignore-installed: never uninstall the checkout's own (editable) retasc from this environment
+    subprocess.run(
+        [*pip, "install", "-q", "--no-deps", "--ignore-installed", "--prefix", str(prefix), str(wheel)], check=True, timeout=300
+    )
     site = prefix / Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
     script = prefix / "bin" / "retasc"
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RETASC_SERVER": "http://127.0.0.1:9"}
@@ -52,3 +57,4 @@ def test_the_wheel_installs_a_working_retasc(tmp_path):
     assert where.stdout.strip().startswith(str(site)), where.stdout + where.stderr
     help_text = subprocess.run([str(script), "issue", "--help"], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert "create" in help_text.stdout and "done" in help_text.stdout
+    assert ours.exists() == had_ours  # this environment's own retasc is untouched

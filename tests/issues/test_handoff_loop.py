@@ -99,11 +99,11 @@ def test_billing_tells_and_asks_a_human(world, unchanged):
     Org.objects.filter(pk=world.org.pk).update(balance_micros=0)
     world.a.org.refresh_from_db()
     err = refused(unchanged, "BILLING_INACTIVE", lambda: leases.next_issue(actor=world.a))
-    assert err.as_dict()["tellHuman"] == "Add credit to the org (Dash > Billing) to resume dispatch."
-    assert err.as_dict()["askHuman"] == "The org is out of credit; can you add some in the Dash (Billing) so I can keep working?"
+    assert err.as_dict()["tellHuman"] == "Add credit to the org (Dash > Org > Billing) to resume dispatch."
+    assert err.as_dict()["askHuman"] == "The org is out of credit; can you add some in the Dash (Org > Billing) so I can keep working?"
     Org.objects.filter(pk=world.org.pk).update(balance_micros=10**9, monthly_cap_micros=0)
     err = refused(unchanged, "MONTHLY_CAP_REACHED", lambda: leases.next_issue(actor=world.a))
-    assert err.as_dict()["askHuman"] == "The org reached its monthly spend cap; can you raise it in the Dash (Billing)?"
+    assert err.as_dict()["askHuman"] == "The org reached its monthly spend cap; can you raise it in the Dash (Org > Billing)?"
 
 
 def test_review_by_the_author_tells_a_human_another_person_is_needed(world, unchanged):

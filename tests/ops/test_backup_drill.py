@@ -18,16 +18,11 @@ import time
 import httpx2
 import pytest
 
-from apps.core import keystore
 from apps.issues.models import Issue
+from apps.issues.services import org_delete
 from apps.orgs.models import Org
 from tests.conftest import make_agent, make_org, new_issue
 from tests.ops.conftest import manage, source_env, start_daphne
-
-try:
-    from apps.orgs.services import org_delete
-except ImportError:  # the org deletion service may move; shredding is the key's destruction
-    org_delete = None
 
 pytestmark = [pytest.mark.slow]
 
@@ -35,10 +30,7 @@ TITLES = [f"Sealed title {n}" for n in range(1, 31)]
 
 
 def shred(org) -> None:
-    if org_delete is not None:
-        org_delete(org=org)
-    else:  # pragma: no cover - only while the service moves
-        keystore.data_key_destroy(str(org.pk))
+    org_delete(org=org)
 
 
 class Agent(threading.Thread):
