@@ -100,7 +100,10 @@ def test_billing_tells_and_asks_a_human(world, unchanged):
     world.a.org.refresh_from_db()
     err = refused(unchanged, "BILLING_INACTIVE", lambda: leases.next_issue(actor=world.a))
     assert err.as_dict()["tellHuman"] == "Add credit to the org (Dash > Org > Billing) to resume dispatch."
-    assert err.as_dict()["askHuman"] == "The org is out of credit; can you add some in the Dash (Org > Billing) so I can keep working?"
+    assert (
+        err.as_dict()["askHuman"]
+        == "The org is out of credit; can you add some in the Dash (Org > Billing) so I can keep working?"
+    )
     Org.objects.filter(pk=world.org.pk).update(balance_micros=10**9, monthly_cap_micros=0)
     err = refused(unchanged, "MONTHLY_CAP_REACHED", lambda: leases.next_issue(actor=world.a))
     assert err.as_dict()["askHuman"] == "The org reached its monthly spend cap; can you raise it in the Dash (Org > Billing)?"
