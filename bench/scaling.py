@@ -61,6 +61,12 @@ def measure_main(argv) -> None:
     if o.searches:
         from apps.tools import operations
 
+        plain = []
+        for _ in range(max(20, o.searches // 4)):  # the same answer without a query: 50 shaped issues
+            t0 = time.perf_counter()
+            operations.list_issues(actor)
+            plain.append(time.perf_counter() - t0)
+        plain.sort()
         rng, words, lat, hits = random.Random(11), vocabulary(), [], []
         for _ in range(o.searches):
             query = " ".join(rng.choice(words) for _ in range(rng.randint(1, 3)))
@@ -74,6 +80,7 @@ def measure_main(argv) -> None:
             "p50_ms": round(1000 * lat[len(lat) // 2], 2),
             "p95_ms": round(1000 * lat[int(len(lat) * 0.95)], 2),
             "mean_results": round(statistics.mean(hits), 1),
+            "list_without_query_p50_ms": round(1000 * plain[len(plain) // 2], 2),
         }
     if o.chain_project:
         from apps.issues.models import Issue
