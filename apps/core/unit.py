@@ -31,7 +31,6 @@ class _Entry:
     issue_id: object
     changes: dict
     identifier: str | None = None
-    origin: str | None = None  # where the issue came from (its loaded ``source``); None: not known
     # The row itself when one was given (notifications read its people without a query).
     subject: Any = None
 
@@ -57,10 +56,8 @@ class Unit:
 
     def record(self, verb: str, *, issue=None, changes: dict | None = None) -> None:
         identifier = issue.identifier if hasattr(issue, "identifier") else None
-        # Read only when loaded (a deferred field would cost a query on every action).
-        origin = issue.__dict__.get("source") if hasattr(issue, "pk") else None
         subject = issue if hasattr(issue, "pk") else None
-        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier, origin, subject))
+        self.entries.append(_Entry(verb, getattr(issue, "pk", issue), changes or {}, identifier, subject))
 
     def credit(self, amount_micros: int, *, note: str, principal_id=None, action: str = "credit") -> None:
         """Add credit to the org's balance, in this transaction, with a ledger entry.

@@ -62,13 +62,18 @@ def _closing(changes: dict) -> str | None:
     return None
 
 
+def _origin(entry) -> str | None:
+    # Read only when loaded (a deferred field would cost a query on every action).
+    return entry.subject.__dict__.get("source") if entry.subject is not None else None
+
+
 def jobs_for_unit(unit) -> int:
     """Inside the action's transaction: a job for each synced issue it closed."""
-    # Only issues a connector brought in are written back. When the receipt knows the
-    # issue's origin and it is not a provider, skip it: an agent's own work (every claim +
-    # finish) costs no query here. An unknown origin is looked up.
+    # Only issues a connector brought in are written back. When the receipt's issue row
+    # has its origin (``source``) loaded and it is not a provider, skip it: an agent's own
+    # work (every claim + finish) costs no query here. An unknown origin is looked up.
     closing = {
-        entry.issue_id: _closing(entry.changes) for entry in unit.entries if entry.origin is None or entry.origin in PROVIDERS
+        entry.issue_id: _closing(entry.changes) for entry in unit.entries if _origin(entry) is None or _origin(entry) in PROVIDERS
     }
     closing = {issue_id: status for issue_id, status in closing.items() if status and issue_id}
     if not closing:
