@@ -20,7 +20,7 @@ from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, Se
 from apps.api.export import _stream
 from apps.api.views import FirstRenderer
 from apps.billing import selectors, services
-from apps.core.errors import invalid
+from apps.core.errors import invalid, unknown_argument
 from apps.core.unit import metered_read
 from apps.devices.auth import PersonalTokenAuthentication
 
@@ -39,7 +39,7 @@ def _body(request, allowed: tuple[str, ...]) -> dict:
         raise invalid("body", "The request body must be a JSON object.")
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise invalid(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(allowed)}.")
+        raise unknown_argument(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(allowed)}.")
     return data
 
 

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from apps.api.schema import ref
 from apps.api.views import ApiView
-from apps.core.errors import invalid
+from apps.core.errors import invalid, unknown_argument
 from apps.notifications import selectors, services
 
 
@@ -22,7 +22,7 @@ def _body(request, allowed: tuple, required: tuple = ()) -> dict:
         raise invalid("body", "The request body must be a JSON object.")
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise invalid(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(allowed)}.")
+        raise unknown_argument(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(allowed)}.")
     for name in required:
         if data.get(name) in (None, ""):
             raise invalid(name, f"{name} is required.")

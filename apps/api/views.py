@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, SessionOrgAuthentication
 from apps.api.schema import ARGS, QUERY_ARGS, body_schema, ref
 from apps.billing import usage
-from apps.core.errors import ServiceError, invalid
+from apps.core.errors import ServiceError, invalid, unknown_argument
 from apps.devices.auth import PersonalTokenAuthentication
 from apps.issues.selectors import attachment_file
 from apps.issues.services import attachment_upload_store
@@ -76,7 +76,7 @@ def _json_body(request, op: Op) -> dict:
     unknown = sorted(set(data) - set(op.body))
     if unknown:
         allowed = ", ".join(op.body) or "nothing"
-        raise invalid(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {allowed}.")
+        raise unknown_argument(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {allowed}.")
     for name in op.required:
         if data.get(name) is None:
             raise invalid(name, f"{name} is required.")
@@ -620,5 +620,5 @@ class UsagePush(ApiView):
             raise invalid("body", "The body is a JSON object {runtime, days}.")
         unknown = set(body) - {"runtime", "days"}
         if unknown:
-            raise invalid(sorted(unknown)[0], f"Unknown argument {sorted(unknown)[0]!r}.")
+            raise unknown_argument(sorted(unknown)[0], f"Unknown argument {sorted(unknown)[0]!r}.")
         return Response(usage.usage_report(actor=request.auth, runtime=body.get("runtime"), days=body.get("days")))

@@ -9,6 +9,7 @@ HTTP_STATUS = {
     "NOT_FOUND": 404,
     "GONE": 410,
     "INVALID_ARGUMENT": 400,
+    "INVALID": 400,
     "CYCLE": 409,
     "CONFLICT": 409,
     "NOT_WORK": 409,
@@ -66,7 +67,13 @@ class ServiceError(Exception):
 
 
 def invalid(field: str, message: str) -> ServiceError:
+    """A bad value of a known argument."""
     return ServiceError("INVALID_ARGUMENT", message, field=field)
+
+
+def unknown_argument(field: str, message: str) -> ServiceError:
+    """An argument the tool or endpoint does not have (SPEC §5: ``INVALID``, naming it)."""
+    return ServiceError("INVALID", message, field=field)
 
 
 def not_found(what: str) -> ServiceError:

@@ -12,7 +12,8 @@ Schemas are written by hand, not generated from type hints: generated ones repea
 in every agent's context. Argument checking is the operations' job (``apps.issues.inputs``)
 so that a wrong argument answers ``INVALID_ARGUMENT`` JSON like any other refusal; the SDK's
 own argument model therefore accepts anything (every parameter is ``Any = None``). A JSON
-``null`` argument means "not given".
+``null`` argument means "not given". An argument the tool does not have answers ``INVALID``
+naming it (SPEC §5), as the HTTP API does for a body field its endpoint does not take.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
-from apps.core.errors import ServiceError, invalid
+from apps.core.errors import ServiceError, invalid, unknown_argument
 from apps.core.metrics import refusals, tool_calls, tool_latency
 from apps.mcp.db import database_turn
 from apps.orgs.actor import Actor
@@ -299,7 +300,7 @@ class RetascTool(Tool):
         known = set(self.parameters.get("properties", {})) | set(ALIASES.get(self.name, {}))
         unknown = sorted(set(arguments or {}) - known)
         if unknown:
-            refusal = invalid(
+            refusal = unknown_argument(
                 unknown[0],
                 f"{self.name} has no argument {', '.join(unknown)}; its arguments are {', '.join(sorted(self.parameters.get('properties', {}))) or 'none'}.",
             )

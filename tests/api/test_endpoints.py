@@ -51,13 +51,20 @@ def test_create_refusals_change_nothing(world, owner, unchanged):
             ({"title": "t", "noDependency": "x"}, "work"),
             ({"title": "t", "work": "yes", "noDependency": "x"}, "work"),
             ({"title": "t", "work": True, "noDependency": "x", "priority": 9}, "priority"),
-            ({"title": "t", "work": True, "noDependency": "x", "bogus": 1}, "bogus"),
             ({"title": "t", "work": True, "blockedBy": ["ACME-99"]}, "blockedBy"),
         ]:
             r = owner.post("/api/v1/issues", body, format="json")
             assert r.status_code == 400, (body, r.content)
             assert r.json()["code"] == "INVALID_ARGUMENT"
             assert r.json()["field"] == field, (body, r.json())
+        # an argument the endpoint does not have is INVALID naming it (SPEC §5), as on MCP
+        for path, body in [
+            ("/api/v1/issues", {"title": "t", "work": True, "noDependency": "x", "bogus": 1}),
+            ("/api/v1/issues/ACME-1/comments", {"body": "hi", "claimtoken": "x"}),
+        ]:
+            r = owner.post(path, body, format="json")
+            assert (r.status_code, r.json()["code"]) == (400, "INVALID"), (path, r.content)
+            assert r.json()["field"] in ("bogus", "claimtoken") and r.json()["field"] in r.json()["message"]
 
 
 def test_malformed_bodies_are_refused_with_a_code(world, owner, unchanged):
