@@ -440,8 +440,116 @@ ZH = {
     "Filter": "筛选",
     "Reset": "重置",
     "blocked (any reason)": "受阻（任何原因）",
+    # The board, bulk changes, saved filters, shortcuts, error pages, org settings,
+    # connectors, usage, OAuth consent.
+    "Revoked the connector for %(repo)s; its deliveries are refused.": "已撤销 %(repo)s 的连接器；其投递将被拒绝。",
+    "Rejected: the issue is canceled.": "已拒绝：该事项已取消。",
+    "Saved the org's settings.": "已保存组织设置。",
+    "Saved the filter “%(name)s”.": "已保存筛选“%(name)s”。",
+    "Deleted the saved filter.": "已删除保存的筛选。",
+    "There is no page at this address.": "此地址没有页面。",
+    "Server error": "服务器错误",
+    "Something went wrong": "出错了",
+    "The server failed on this request; it was logged. Try again, or go back to the queue.": "服务器处理此请求失败，已记录日志。请重试，或返回队列。",
+    "most recent": "最新",
+    "Nothing here.": "这里什么也没有。",
+    "words of titles and bodies": "标题和正文中的词",
+    "Runtime usage, last %(n)s days": "运行时用量（最近 %(n)s 天）",
+    "Tokens in": "输入令牌",
+    "Tokens out": "输出令牌",
+    "Cache reads": "缓存读取",
+    "Messages": "消息",
+    "No usage reported yet. In a bound folder: retasc usage push.": "尚未上报用量。在已绑定的文件夹中运行：retasc usage push。",
+    "checked by the server when the issue is finished": "事项完成时由服务器检查",
+    "Check fails": "检查未通过",
+    "Done": "已完成",
+    "Next": "下一步",
+    "Gotchas": "注意事项",
+    "Branch": "分支",
+    "Settings": "设置",
+    "Connectors": "连接器",
+    "Select all": "全选",
+    "Select": "选择",
+    "Saved filters": "保存的筛选",
+    "Delete this saved filter": "删除此保存的筛选",
+    "Delete": "删除",
+    "none yet": "暂无",
+    "Name this filter": "为此筛选命名",
+    "Save filter": "保存筛选",
+    "Keyboard shortcuts": "键盘快捷键",
+    "next / previous issue": "下一个 / 上一个事项",
+    "open the issue": "打开事项",
+    "select the issue (table)": "选择事项（表格）",
+    "search": "搜索",
+    "switch between table and board": "在表格和看板之间切换",
+    "new issue": "新建事项",
+    "show or hide this help": "显示或隐藏此帮助",
+    "close": "关闭",
+    "Close": "关闭",
+    "View": "视图",
+    "Table": "表格",
+    "Board": "看板",
+    "Connector created. Add this webhook to the repository now: the secret is shown only once.": "连接器已创建。现在把此 Webhook 添加到仓库：密钥只显示一次。",
+    "Payload URL": "Payload URL",
+    "Secret": "密钥",
+    "GitHub: content type application/json, events Issues and Issue comments (and Pull requests for PR sync). GitLab: the secret is the Secret token; triggers Issues and Comments (and Merge requests).": "GitHub：内容类型 application/json，事件 Issues 和 Issue comments（PR 同步还需 Pull requests）。GitLab：密钥即 Secret token；触发器 Issues 和 Comments（以及 Merge requests）。",
+    "Connect a repository": "连接仓库",
+    "Provider": "提供方",
+    "Repository": "仓库",
+    "Token": "令牌",
+    "for writeback": "用于回写",
+    "API URL": "API URL",
+    "default: public API": "默认：公共 API",
+    "PR sync": "PR 同步",
+    "Connect": "连接",
+    "New issues arrive labeled support and wait for triage; a merged PR that says Fixes ACME-12 marks ACME-12 done when PR sync is on. Done or canceled issues are closed at the source with the connector's token.": "新事项带 support 标签进入并等待分诊；开启 PR 同步时，写有 Fixes ACME-12 的已合并 PR 会将 ACME-12 标为完成。已完成或已取消的事项会用连接器的令牌在来源处关闭。",
+    "Last delivery": "最近投递",
+    "Closed at source": "已在来源关闭",
+    "writeback failing": "回写失败",
+    "ok": "正常",
+    "Revoke this connector? Its webhook stops working.": "撤销此连接器？其 Webhook 将停止工作。",
+    "No connectors yet.": "暂无连接器。",
+    "Delivery log: %(repo)s": "投递日志：%(repo)s",
+    "Received": "接收时间",
+    "Outcome": "结果",
+    "Detail": "详情",
+    "Nothing received yet.": "尚未收到任何投递。",
+    "Writebacks": "回写",
+    "Error": "错误",
+    "Why reject it?": "为什么拒绝？",
+    "Reason": "原因",
+    "Reject": "拒绝",
+    "Runtime usage (%(n)s days)": "运行时用量（%(n)s 天）",
+    "Stands for an outside author; cannot sign in": "代表外部作者；不能登录",
+    "placeholder": "占位",
+    "tokens": "令牌",
+    "cached": "缓存",
+    "sessions": "会话",
+    "Connect an MCP client": "连接 MCP 客户端",
+    '<b id="oauth-client-name">%(name)s</b> asks to work in Retasc as your agent.': '<b id="oauth-client-name">%(name)s</b> 请求以你的代理身份在 Retasc 中工作。',
+    "It will be sent back to": "之后将返回到",
+    "It gets an agent key of yours for the project you pick: it can claim and finish work there. It shows on the Agent keys page, where you can revoke it.": "它会获得你在所选项目中的一个代理密钥：可以在那里认领并完成工作。它显示在代理密钥页面上，你可以在那里撤销它。",
+    "Org and project": "组织和项目",
+    "You are not an active member of any org with a project yet.": "你还不是任何有项目的组织的活跃成员。",
+    "Lease length (seconds)": "租约时长（秒）",
+    "How long a claim lives without a heartbeat. Empty: the deployment's %(n)s.": "没有心跳时认领的存活时长。留空：使用部署默认值 %(n)s。",
+    "Claim cap per key": "每个密钥的认领上限",
+    "Live claims one agent key may hold. Empty: the deployment's %(n)s.": "一个代理密钥可同时持有的认领数。留空：使用部署默认值 %(n)s。",
+    "Time zone": "时区",
+    "For dates in the Dash and due dates given without one, e.g. Europe/Berlin.": "用于 Dash 中的日期以及未带时区的截止日期，例如 Asia/Shanghai。",
+    "Only an owner changes the org's settings.": "只有所有者可以更改组织设置。",
+    "Select issues to change several at once": "选择事项以一次更改多个",
+    "selected": "已选择",
+    "Status…": "状态…",
+    "Priority…": "优先级…",
+    "Lane…": "泳道…",
+    "+ labels": "+ 标签",
+    "Labels to add": "要添加的标签",
+    "− labels": "− 标签",
+    "Labels to remove": "要移除的标签",
+    "Apply to selected": "应用到所选",
 }
-PLURALS = {"%(total)s issue": ["%(total)s 个事项"]}
+PLURALS = {"%(total)s issue": ["%(total)s 个事项"], "Changed %(n)d issue: %(list)s.": ["已更改 %(n)d 个事项：%(list)s。"]}
 
 
 def po_string(text: str) -> str:
@@ -472,6 +580,7 @@ def main() -> int:
                 out.append(block)
                 continue
             block = re.sub(r"^msgstr\[0\] .*$", "msgstr[0] " + po_string(forms[0]), block, flags=re.M)
+            block = re.sub(r"^msgstr\[[1-9]\] .*\n?", "", block, flags=re.M).rstrip("\n")  # nplurals=1
         else:
             text = ZH.get(msgid)
             if text is None:
@@ -479,7 +588,9 @@ def main() -> int:
                 out.append(block)
                 continue
             block = re.sub(r'^msgstr (?:".*"\n?)+', "msgstr " + po_string(text) + "\n", block, flags=re.M).rstrip("\n")
-        block = block.replace("#, fuzzy\n", "")
+        block = re.sub(r"^#\| .*\n", "", block, flags=re.M)  # previous msgid of a fuzzy match
+        block = re.sub(r"^#, fuzzy\n", "", block, flags=re.M)
+        block = re.sub(r"^#, fuzzy, ", "#, ", block, flags=re.M)
         out.append(block)
     text = "\n\n".join(out)
     text = text.replace('#, fuzzy\nmsgid ""\nmsgstr ""\n"Project-Id', 'msgid ""\nmsgstr ""\n"Project-Id', 1)
