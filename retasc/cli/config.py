@@ -1,7 +1,9 @@
 """Where the CLI keeps things.
 
 - Credentials (personal tokens, one per server) in the user config directory:
-  ``$XDG_CONFIG_HOME/retasc/credentials.json`` (default ``~/.config/retasc``), mode 0600.
+  ``$XDG_CONFIG_HOME/retasc/credentials.json`` (default ``~/.config/retasc``), mode 0600,
+  with the server signed in to last: outside a bound folder it is the default server, so
+  ``retasc login --server URL`` once is enough for the commands after it.
 - A folder's binding in ``.retasc/`` beside the code: ``config.json`` (no secret: server,
   org, project, key prefix) and ``key`` (the agent key, mode 0600). ``.retasc/`` is
   git-ignored twice over: a ``.retasc/.gitignore`` of ``*`` and a line in ``.gitignore``.
@@ -54,17 +56,27 @@ def load_credentials() -> dict:
     return _read_json(credentials_path()).get("servers", {})
 
 
+def last_server() -> str | None:
+    """The server signed in to last, while its credential is kept."""
+    data = _read_json(credentials_path())
+    last = data.get("last")
+    return last if isinstance(last, str) and last in data.get("servers", {}) else None
+
+
 def credential_for(server: str) -> dict | None:
     return load_credentials().get(server)
 
 
 def save_credential(server: str, credential: dict | None) -> None:
-    servers = load_credentials()
+    servers, last = load_credentials(), last_server()
     if credential is None:
         servers.pop(server, None)
+        last = None if last == server else last
     else:
         servers[server] = credential
-    write_private(credentials_path(), json.dumps({"servers": servers}, indent=2) + "\n")
+        last = server
+    data = {"servers": servers, **({"last": last} if last else {})}
+    write_private(credentials_path(), json.dumps(data, indent=2) + "\n")
 
 
 @dataclass

@@ -55,7 +55,7 @@ def root(
         typer.Option(
             "--server",
             envvar="RETASC_SERVER",
-            help="Retasc server URL [default: the folder's binding, else http://127.0.0.1:8000].",
+            help="Retasc server URL [default: the folder's binding, else the server you signed in to last, else http://127.0.0.1:8000].",
         ),
     ] = None,
     org: Annotated[
@@ -69,7 +69,9 @@ def root(
     ] = False,
 ):
     binding = config.find_binding()
-    chosen = (server or (binding.server if binding and binding.server else None) or config.DEFAULT_SERVER).rstrip("/")
+    chosen = (
+        server or (binding.server if binding and binding.server else None) or config.last_server() or config.DEFAULT_SERVER
+    ).rstrip("/")
     if not chosen.startswith(("http://", "https://")):
         err.print(f"Error: --server must be an http:// or https:// URL, not {escape(chosen)!r}.")
         raise typer.Exit(2)

@@ -58,9 +58,18 @@ def test_login_through_the_device_flow(tworld, cli):
     assert me["user"]["email"] == tworld.owner.email
     assert [o["slug"] for o in me["user"]["orgs"]] == [tworld.org.slug]
 
+    # Without --server or RETASC_SERVER, outside a bound folder, the commands after
+    # login go to the server signed in to (not the default port 8000).
+    cli.env_extra["RETASC_SERVER"] = ""
+    me = cli.json("whoami")
+    assert (me["server"], me["user"]["email"]) == (cli.server, tworld.owner.email)
+
     # The device code was used up; logout revokes the token on the server.
     assert cli("logout").exit_code == 0
     assert cli.server not in json.loads(creds.read_text())["servers"]
+    assert "last" not in json.loads(creds.read_text())
+    after = cli("whoami")
+    assert after.exit_code == 3 and "not signed in" in after.stderr
     from apps.devices.models import PersonalToken
 
     assert PersonalToken.objects.get(prefix=stored["tokenPrefix"]).revoked_at is not None
