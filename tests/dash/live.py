@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.live import LiveServer, start_daphne
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -25,9 +34,61 @@ CHROMIUM_ARGS = [
 Server = LiveServer
 
 
-def start(tmp: Path) -> LiveServer:
+def browser_marks() -> list:
+    """``pytestmark`` of a browser test module: slow, and skipped with the reason when
+    the playwright package or /usr/bin/chromium is missing."""
+    marks = [pytest.mark.slow]
+    if sync_playwright is None:
+        marks.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
+    elif not CHROMIUM.exists():
+        marks.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+    return marks
+
+
+@contextmanager
+def chromium():
+    """Debian's Chromium, headless, driven by Playwright's sync API. That API keeps an
+    event loop running on this thread; the test's own ORM calls are still plain
+    synchronous code (Django's documented Playwright setup), hence the async flag."""
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            try:
+                yield browser
+            finally:
+                browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def session_cookie(user, first_page: str = "/queue/") -> str:
+    """A signed-in session of ``user`` (no password typed); the first page picks the
+    person's org into the session."""
+    from django.test import Client  # defer: Django's test client needs configured settings
+
+    client = Client()
+    client.force_login(user)
+    assert client.get(first_page).status_code == 200
+    return client.cookies["sessionid"].value
+
+
+def signed_in_page(browser, server: LiveServer, user, *, width=1400, height=900, first_page="/queue/", **options):
+    """A page in a new browser context whose session is ``user``'s (close its ``.context``)."""
+    context = browser.new_context(base_url=server.base, viewport={"width": width, "height": height}, locale="en-US", **options)
+    context.add_cookies([{"name": "sessionid", "value": session_cookie(user, first_page), "url": server.base}])
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    return page
+
+
+def start(tmp: Path, **env) -> LiveServer:
     # In-memory channel layer: the events a test triggers are published inside this server.
-    return start_daphne(tmp, drop_env=("REDIS_URL",), RETASC_EMAIL_VERIFICATION="optional")
+    return start_daphne(tmp, drop_env=("REDIS_URL",), **{"RETASC_EMAIL_VERIFICATION": "optional", **env})
 
 
 def mcp_call(url: str, key: str, tool: str, **arguments) -> dict:

@@ -3,49 +3,26 @@ live Daphne: the numbers, the chart drawn, the cap form set and cleared, the led
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from django.test import Client
 
-from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, start
+from tests.dash.live import browser_marks, chromium, signed_in_page, start
 
-pytestmark = [pytest.mark.slow]
+pytestmark = browser_marks()
 
 try:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
-if sync_playwright is None:
-    pytestmark.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
-elif not CHROMIUM.exists():
-    pytestmark.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+    expect = None
 
 
 @pytest.fixture
 def page(tworld, tmp_path):
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop runs on this thread
-    client = Client()
-    client.force_login(tworld.owner)
-    assert client.get("/org/billing/").status_code == 200  # the session points at the org
     server = start(tmp_path)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            context = browser.new_context(base_url=server.base, viewport={"width": 1400, "height": 900}, locale="en-US")
-            context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.base}])
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            yield page
-            browser.close()
+        with chromium() as browser:
+            yield signed_in_page(browser, server, tworld.owner, first_page="/org/billing/")
     finally:
         server.stop()
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def test_billing_page_chart_and_cap_form(tworld, page):

@@ -11,37 +11,21 @@ import re
 import pytest
 
 from tests.conftest import new_issue
-from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, mcp_call, start
+from tests.dash.live import browser_marks, chromium, mcp_call, start
+from tests.dash.live import signed_in_page as open_signed_in
 
-pytestmark = [pytest.mark.slow]
+pytestmark = browser_marks()
 
 try:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
-if sync_playwright is None:
-    pytestmark.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
-elif not CHROMIUM.exists():
-    pytestmark.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+    expect = None
 
 
 @pytest.fixture(scope="module")
 def browser():
-    import os
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture
@@ -54,24 +38,15 @@ def server(transactional_db, tmp_path):
 @pytest.fixture
 def signed_in_page(browser, server):
     """``signed_in_page(user, width=1400)``: a page whose session is that person's."""
-    from django.test import Client
-
-    contexts = []
+    pages = []
 
     def make(user, width=1400, height=900):
-        client = Client()
-        client.force_login(user)
-        assert client.get("/queue/").status_code == 200  # picks the person's org into the session
-        context = browser.new_context(base_url=server.base, viewport={"width": width, "height": height}, locale="en-US")
-        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.base}])
-        contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        return page
+        pages.append(open_signed_in(browser, server, user, width=width, height=height))
+        return pages[-1]
 
     yield make
-    for context in contexts:
-        context.close()
+    for page in pages:
+        page.context.close()
 
 
 def test_the_board_is_live_and_switches_with_the_table_keeping_filters(tworld, server, signed_in_page):
@@ -232,6 +207,8 @@ NARROW_PAGES = [
     "/org/members/",
     "/org/keys/",
     "/org/settings/",
+    "/fleet/",
+    "/nope/",
 ]
 
 

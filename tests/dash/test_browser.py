@@ -15,41 +15,22 @@ import time
 
 import pytest
 
-from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, mcp_call, start
+from tests.dash.live import browser_marks, chromium, mcp_call, start
 
-pytestmark = [pytest.mark.slow]
+pytestmark = browser_marks()
 
 try:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
-if sync_playwright is None:
-    pytestmark.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
-elif not CHROMIUM.exists():
-    pytestmark.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+    expect = None
 
 PASSWORD = "correct-horse-battery-9"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    import os
-
-    # Playwright's sync API keeps an event loop running on this thread; the test's own
-    # ORM calls are still plain synchronous code (Django's documented Playwright setup).
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

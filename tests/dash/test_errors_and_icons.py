@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 from django.test import Client, override_settings
-from django.urls import path
-
-from retasc import urls as root_urls
 
 
 def test_unknown_dash_url_is_a_styled_page_for_people(dash):
@@ -23,16 +20,7 @@ def test_machines_still_get_json(dash):
         assert answer.status_code == 404 and answer.json()["code"] == "NOT_FOUND"
 
 
-def _boom(request):
-    raise RuntimeError("boom")
-
-
-urlpatterns = [path("boom/", _boom), *root_urls.urlpatterns]
-handler404 = root_urls.handler404
-handler500 = root_urls.handler500
-
-
-@override_settings(ROOT_URLCONF=__name__, DEBUG=False)
+@override_settings(ROOT_URLCONF="tests.dash.boom_urls", DEBUG=False)
 def test_a_server_error_is_a_styled_page_without_details(db):
     browser = Client(raise_request_exception=False)
     page = browser.get("/boom/", HTTP_ACCEPT="text/html")
