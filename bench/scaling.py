@@ -159,13 +159,14 @@ def main() -> int:
     p.add_argument("--receipts", type=int, default=100_000)
     p.add_argument("--searches", type=int, default=200)
     p.add_argument("--json-out", default="")
+    p.add_argument("--db-prefix", default="retasc_bench", help="name prefix of the PostgreSQL databases it creates")
     o = p.parse_args()
     facts = print_header("Retasc scaling")
     sizes = [int(x) for x in o.sizes.split(",")]
     report = {"machine": facts, "sizes": {}}
     for i, size in enumerate(sizes):
         last = i == len(sizes) - 1
-        inst = new_instance("postgres", prefix="BENCH")
+        inst = new_instance("postgres", prefix="BENCH", db_prefix=o.db_prefix)
         try:
             s = seed(inst, projects=["BENCH"], issues=size, keys=1, blocked_frac=0.2, max_chain=50)
             row = {"seed": s["projects"]["BENCH"], "seed_seconds": s["seconds"]}
