@@ -8,7 +8,7 @@ import uuid
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
+from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -89,16 +89,7 @@ def issue_with_people(pk) -> Issue:
         row = cur.fetchone()
     if row is None:
         raise Issue.DoesNotExist(f"issue {pk} is gone")
-    loaded, at = [], 0
-    for model, _ in parts:
-        values = row[at : at + sql.width(model)]
-        at += sql.width(model)
-        loaded.append(sql.load(model, values) if values[0] is not None else None)
-    issue, project, assignee, author, checkpoint, checkpoint_author = loaded
-    issue.project, issue.assignee, issue.author, issue.checkpoint = project, assignee, author, checkpoint
-    if checkpoint is not None:
-        checkpoint.author = checkpoint_author
-    return issue
+    return _issue_from_row(row, parts)
 
 
 def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
@@ -163,38 +154,83 @@ def search_ranked(qs, *, actor: Actor, query):
     return qs.annotate(hits=Count("search_terms"))
 
 
-SEARCH_ORDER = ("-hits", "dispatch_rank", "created_at", "number", "pk")
+def search_page(*, actor: Actor, query, where=(), label: str | None = None, offset: int = 0, size: int = 51) -> list[Issue]:
+    """One page of ``list_issues(query=...)``: the issues sharing a term with ``query``,
+    ranked by how many of its terms they match, then in dispatch order, each with its
+    ``hits``; ``where`` holds ``(column, values)`` filters (``None``: the column is empty)
+    and ``label`` a label name. Issue rows come with their project and people, as
+    ``Issue.objects.with_people()`` loads them.
 
-
-def _search_page(qs, *, actor: Actor, query, offset: int, size: int) -> list[Issue]:
-    """One page of search results, in one statement that ranks narrow and shapes wide.
-
-    The ranking (count the matching terms per issue, sort all matches) runs on the
-    issue's id and order columns only; the issue rows with their people (``qs`` is a
-    ``with_people()`` queryset, six tables wide) are read for the page's ids alone, and
-    their ``hits`` recounted there through the (issue, term) unique index. Ranking the
-    wide rows directly grouped and sorted every match with all six tables' columns,
-    which made PostgreSQL's planning and sort cost grow with the match count."""
+    One statement, written out (apps.core.sql explains why): the ranking (count the
+    matching terms per issue, sort every match) runs on the index entries and the issue's
+    order columns only, and the wide row (six tables) is joined for the page alone. The
+    ORM version grouped and sorted every match with all six tables' columns and spent
+    most of a search compiling itself (measured in docs/benchmarks.md)."""
     hashes = _query_hashes(actor, query)
     if not hashes:
         return []
-    # the same filters, none of the joins for people
+    q = connection.ops.quote_name
+    org = Issue._meta.get_field("org").target_field.get_db_prep_value(actor.org.pk, connection)
+    term_field = SearchTerm._meta.get_field("term")
+    terms = [term_field.get_db_prep_value(t, connection) for t in hashes]
+    conditions, params = [], [org, *terms, org]
+    for name, values in where:
+        field = Issue._meta.get_field(name[:-3] if name.endswith("_id") else name)
+        column = f"i.{q(field.column)}"
+        if values is None:
+            conditions.append(f"{column} IS NULL")
+            continue
+        target = field.target_field if field.is_relation else field
+        conditions.append(f"{column} IN ({', '.join(['%s'] * len(values))})")
+        params += [target.get_db_prep_value(v, connection) for v in values]
+    if label:
+        through = Issue.labels.through._meta
+        conditions.append(
+            f"EXISTS (SELECT 1 FROM {q(through.db_table)} il JOIN {q(Label._meta.db_table)} l ON l.id = il.label_id"
+            " WHERE il.issue_id = i.id AND l.name = %s)"
+        )
+        params.append(label)
+    params += [size, offset]
+    parts = ((Issue, "i"), (Project, "p"), (User, "ua"), (User, "uu"), (Checkpoint, "c"), (User, "cu"))
+    issue_t, term_t = q(Issue._meta.db_table), q(SearchTerm._meta.db_table)
     ranked = (
-        qs.select_related(None)
-        .filter(search_terms__org_id=actor.org.pk, search_terms__term__in=hashes)
-        .annotate(hits=Count("search_terms"))
-        .order_by(*SEARCH_ORDER)
-        .values("pk")[offset : offset + size]
+        f"SELECT t.issue_id AS id, COUNT(*) AS hits, i.dispatch_rank AS dr, i.created_at AS ca, i.number AS nb"
+        f" FROM {term_t} t JOIN {issue_t} i ON i.id = t.issue_id"
+        f" WHERE t.org_id = %s AND t.term IN ({', '.join(['%s'] * len(terms))}) AND i.org_id = %s"
+        + "".join(f" AND {c}" for c in conditions)
+        + " GROUP BY t.issue_id, i.dispatch_rank, i.created_at, i.number"
+        " ORDER BY COUNT(*) DESC, i.dispatch_rank, i.created_at, i.number, t.issue_id LIMIT %s OFFSET %s"
     )
-    hits = (
-        SearchTerm.objects.filter(issue_id=OuterRef("pk"), term__in=hashes)
-        .order_by()
-        .values("issue_id")
-        .annotate(n=Count("*"))
-        .values("n")
+    statement = (
+        f"SELECT {', '.join(sql.columns(model, alias) for model, alias in parts)}, r.hits"
+        f" FROM ({ranked}) r JOIN {issue_t} i ON i.id = r.id JOIN {q(Project._meta.db_table)} p ON p.id = i.project_id"
+        f" LEFT JOIN {q(User._meta.db_table)} ua ON ua.id = i.assignee_id"
+        f" LEFT JOIN {q(User._meta.db_table)} uu ON uu.id = i.author_id"
+        f" LEFT JOIN {q(Checkpoint._meta.db_table)} c ON c.id = i.checkpoint_id"
+        f" LEFT JOIN {q(User._meta.db_table)} cu ON cu.id = c.author_id"
+        " ORDER BY r.hits DESC, r.dr, r.ca, r.nb, r.id"
     )
-    page = Issue.objects.filter(pk__in=ranked).with_people().annotate(hits=Subquery(hits, output_field=IntegerField()))
-    return list(page.order_by(*SEARCH_ORDER))
+    with connection.cursor() as cur:
+        cur.execute(statement, params)
+        rows = cur.fetchall()
+    return [_issue_from_row(row, parts) for row in rows]
+
+
+def _issue_from_row(row, parts) -> Issue:
+    """An issue with its project and people from one row of ``parts``' columns (the
+    layout of ``issue_with_people``), plus a trailing ``hits`` when the row has one."""
+    loaded, at = [], 0
+    for model, _ in parts:
+        values = row[at : at + sql.width(model)]
+        at += sql.width(model)
+        loaded.append(sql.load(model, values) if values[0] is not None else None)
+    issue, project, assignee, author, checkpoint, checkpoint_author = loaded
+    issue.project, issue.assignee, issue.author, issue.checkpoint = project, assignee, author, checkpoint
+    if checkpoint is not None:
+        checkpoint.author = checkpoint_author
+    if at < len(row):
+        issue.hits = row[at]
+    return issue
 
 
 def _search_cursor_decode(cursor: str | None) -> int:
@@ -242,29 +278,35 @@ def issue_list(
         raise invalid("limit", "limit must be a number from 1 to 200.") from None
     if not 1 <= limit <= 200:
         raise invalid("limit", "limit must be a number from 1 to 200.")
-    qs = Issue.objects.filter(org_id=actor.org.pk).with_people()
+    # Each filter once, as (field, values) pairs; ``values`` None means "is empty".
+    where: list[tuple[str, list | None]] = []
     if project:
-        qs = qs.filter(project=project_resolve(actor=actor, prefix=project))
+        where.append(("project_id", [project_resolve(actor=actor, prefix=project).pk]))
     if status:
         values = [status] if isinstance(status, str) else list(status)
         bad = [v for v in values if v not in Status.values]
         if bad:
             raise invalid("status", f"Unknown status {inputs.brief(bad[0])!r}; use one of {', '.join(Status.values)}.")
-        qs = qs.filter(status__in=values)
+        where.append(("status", values))
     if priority is not None and priority != "":
         values = [priority] if not isinstance(priority, list) else priority
-        qs = qs.filter(priority__in=[inputs.priority(v) for v in values])
-    if label:
-        qs = qs.filter(labels__name=inputs.ref(label, "label", limit=60))
+        where.append(("priority", [inputs.priority(v) for v in values]))
+    label_name = inputs.ref(label, "label", limit=60) if label else None
     if author:
-        qs = qs.filter(author_id=human_resolve(actor=actor, ref=author, field="author"))
+        where.append(("author_id", [human_resolve(actor=actor, ref=author, field="author")]))
     if assignee:
-        qs = qs.filter(assignee_id=human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True))
+        person = human_resolve(actor=actor, ref=assignee, field="assignee", allow_none=True)
+        where.append(("assignee_id", None if person is None else [person]))
     if query is not None and query != "":
         offset = _search_cursor_decode(cursor)
-        rows = _search_page(qs, actor=actor, query=query, offset=offset, size=limit + 1)
+        rows = search_page(actor=actor, query=query, where=where, label=label_name, offset=offset, size=limit + 1)
         more = len(rows) > limit
         return rows[:limit], (_search_cursor_encode(offset + limit) if more else None)
+    qs = Issue.objects.filter(org_id=actor.org.pk).with_people()
+    for name, values in where:
+        qs = qs.filter(**({f"{name}__in": values} if values is not None else {name: None}))
+    if label_name:
+        qs = qs.filter(labels__name=label_name)
     decoded = _cursor_decode(cursor)
     if decoded:
         created, number, pk = decoded

@@ -68,6 +68,30 @@ def test_filters_combine_with_the_query_and_pages_continue(world):
     assert bad.value.code == "INVALID_ARGUMENT"
 
 
+def test_every_filter_combines_with_the_query_in_one_statement(world):
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.issues.services import issue_create
+
+    new_issue(world.a, "Parser bug one", priority=1, labels=["ci"], assignee=world.owner.email)
+    new_issue(world.a, "Parser bug two", priority=3, labels=["ci"])
+    new_issue(world.b, "Parser bug three", priority=1)
+    issue_create(actor=world.a, title="Parser bug four", work=False, no_dependency="container")
+    new_issue(world.a, "Parser idea")
+    assert found(world.a, "parser bug", priority=1) == ["Parser bug one", "Parser bug three"]
+    assert found(world.a, "parser bug", priority=[1, 3], label="ci") == ["Parser bug one", "Parser bug two"]
+    assert found(world.a, "parser bug", author=world.member.email) == ["Parser bug three"]
+    assert found(world.a, "parser bug", assignee="me") == ["Parser bug one"]
+    assert "Parser bug one" not in found(world.a, "parser bug", assignee="none")
+    assert found(world.a, "parser", status="todo", project="ACME", label="ci") == ["Parser bug one", "Parser bug two"]
+    assert found(world.a, "parser", status=["done", "canceled"]) == []
+    with CaptureQueriesContext(connection) as statements:
+        rows, _ = issue_list(actor=world.a, query="parser bug", priority=[1, 3], label="ci", status="todo")
+    assert [(i.title, i.hits) for i in rows] == [("Parser bug one", 2), ("Parser bug two", 2)]
+    assert len(statements.captured_queries) == 1  # the rank, the rows and their people
+    assert rows[0].assignee.email == world.owner.email and rows[0].project.prefix == "ACME"
+
+
 def test_an_edit_reindexes_and_other_orgs_never_match(world):
     issue = new_issue(world.a, "Old words here")
     new_issue(world.x, "Old words elsewhere")
