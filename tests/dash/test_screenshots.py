@@ -1,6 +1,8 @@
 """Screenshots of the main Dash pages for docs/screenshots/ (docs/dash.md links them).
 
 Runs only when asked: ``RETASC_SCREENSHOTS_DIR=docs/screenshots pytest tests/dash/test_screenshots.py``.
+The Chinese pages need a CJK font on the machine (Debian: ``apt-get install fonts-wqy-microhei``),
+or Chromium draws their text as empty boxes.
 Seeds a realistic org through the services, then photographs each page in Chromium.
 """
 
@@ -89,7 +91,7 @@ def seed():
 
     body = (
         "Search is hammered by one tenant's crawler.\n\n"
-        "- apply a token bucket per key\n- return `429` with `Retry-After`\n\n"
+        "- [x] apply a token bucket per key\n- [ ] return `429` with `Retry-After`\n\n"
         "```python\nlimiter = TokenBucket(rate=50, burst=100)\n```\n\n"
         "See the [incident notes](https://example.com/incidents/42)."
     )
@@ -236,6 +238,9 @@ def test_screenshots(transactional_db, tmp_path):
             shot(context("dark").new_page(), "/queue/", "queue-dark")
             shot(context("dark").new_page(), "/issues/API-8/", "issue-review-dark", full=True)
             shot(context(lang="zh-hans").new_page(), "/queue/", "queue-zh-hans")
+            shot(context(lang="zh-hans").new_page(), "/board/", "board-zh-hans")
+            shot(page, "/org/settings/", "org-settings")
+            shot(page, "/nope/", "not-found")
             anon = browser.new_context(base_url=server.base, viewport={"width": 1440, "height": 900}).new_page()
             shot(anon, "/accounts/login/", "sign-in")
             browser.close()
