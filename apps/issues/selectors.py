@@ -63,9 +63,10 @@ def _issue_by_prefix(*, actor: Actor, prefix: str, number: int, lock: bool) -> I
         # probes): closing one that is not needs no rank refresh (apps.issues.ranking
         # own_ranks); and reads its live claim's row, which the claim fence checks
         # (apps.issues.fencing.claim_fence), in the same statement.
+        rel = Relation._meta.db_table
         extra = (
-            f", EXISTS (SELECT 1 FROM {Relation._meta.db_table} r WHERE r.type = 'blocks'"
-            " AND (r.source_id = i.id OR r.target_id = i.id)) AS has_blocks_edges, "
+            f", (EXISTS (SELECT 1 FROM {rel} r WHERE r.source_id = i.id AND r.type = 'blocks')"
+            f" OR EXISTS (SELECT 1 FROM {rel} r WHERE r.target_id = i.id AND r.type = 'blocks')) AS has_blocks_edges, "
             + ", ".join(f'lc.{connection.ops.quote_name(f.column)} AS "lease_claim_{n}"' for n, f in enumerate(_CLAIM_FIELDS))
         )
         joins = f" LEFT JOIN {Claim._meta.db_table} lc ON lc.id = i.lease_claim_id AND lc.issue_id = i.id"

@@ -6,7 +6,10 @@ installed at start-up, finishes the unit:
 1. before commit, the org row is locked (last, and briefly: nothing else is locked after
    it); the receipt chain advances by the recorded entries, credits are added and the
    action is charged to the ledger, in the same locked update; just before, the
-   notifications' outbox rows are written (apps.notifications.events);
+   notifications' outbox rows are written (apps.notifications.events). On PostgreSQL
+   that is two statements: the locking read (carrying the unit's pending writes,
+   ``Unit.write_with_flush``) and one write of the ledger rows, the receipts and the
+   counters (carrying the unit's answer read, ``Unit.read_with_flush``);
 2. the transaction commits;
 3. effective ranks of issues marked dirty are refreshed (own transaction, see
    apps.issues.ranking), then after-commit effects (live events, notifications) run.

@@ -84,3 +84,22 @@ def test_closing_a_blocked_issue_still_refreshes_its_blocker(tworld):
     blocker.refresh_from_db()
     assert blocker.effective_rank == 4 and blocker.dispatch_rank == 9
     assert ranks_refresh(org_id=w.org.pk, issue_ids=[urgent.pk, blocker.pk]) == 0
+
+
+def test_a_pull_that_finds_ranks_to_catch_up_redoes_itself_once(tworld):
+    """On PostgreSQL the catch-up check rides on the project lock: when it finds work,
+    the pull is rolled back, the ranks caught up, and the pull redone; one claim, one
+    charge, one receipt, and the now most urgent issue is the one handed out."""
+    w = tworld
+    new_issue(w.a, "ordinary")
+    late = new_issue(w.a, "made urgent behind the ranks' back")
+    Issue.objects.filter(pk=late.pk).update(priority=1, rank_dirty=True)  # as a crash would leave it
+    charges = LedgerEntry.objects.filter(org=w.org, action="next_issue").count()
+    got = ops.next_issue(w.a)
+    assert got["issue"]["identifier"] == late.identifier
+    assert got["issue"]["effectivePriority"] == 1
+    assert Claim.objects.filter(org=w.org).count() == 1
+    assert LedgerEntry.objects.filter(org=w.org, action="next_issue").count() == charges + 1
+    assert list(Activity.objects.filter(org=w.org, verb="claimed").values_list("issue_id", flat=True)) == [late.pk]
+    assert not Issue.objects.filter(org=w.org, rank_dirty=True).exists()
+    assert chain.verify_org(w.org) is None
