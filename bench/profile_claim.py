@@ -4,9 +4,15 @@ Seeds a fresh database, then repeats what an agent does per issue, calling the s
 operations the HTTP API and MCP call: authenticate the key, ``next_issue``,
 authenticate again, ``save_issue status=done`` with the claim token. Prints the CPU
 time (process time, so other load on the machine matters less than for wall time) of
-each step, the SQL statements each step sends, and optionally a cProfile of the loop.
+each step, the SQL statements each step sends, and optionally a cProfile of the loop
+(with its function-call count per claim + finish, a deterministic measure).
 
-    .venv/bin/python -m bench.profile_claim [--loops 200] [--cprofile 30]
+    .venv/bin/python -m bench.profile_claim [--loops 200] [--cprofile 30] [--statements]
+        [--database NAME]
+
+``--statements`` also prints the text of every statement of one claim + finish.
+``--database NAME`` runs on that PostgreSQL database (dropped and created afresh)
+instead of a new ``retasc_bench_<ts>`` one.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 
-from bench.common import PY, ROOT, new_instance, print_header, seed
+from bench.common import PY, ROOT, Instance, new_instance, pg_admin, pg_drop, pg_url, print_header, seed
 
 
 def measure_main(argv) -> None:
@@ -25,6 +32,7 @@ def measure_main(argv) -> None:
     p.add_argument("--key", required=True)
     p.add_argument("--loops", type=int, default=200)
     p.add_argument("--cprofile", type=int, default=0)
+    p.add_argument("--statements", action="store_true")
     o = p.parse_args(argv)
     import django
 
@@ -70,6 +78,9 @@ def measure_main(argv) -> None:
         "done": marks[4] - marks[3],
     }
     statements["claim_and_done_total"] = marks[4]
+    texts = [" ".join(c["sql"].split()) for c in q.captured_queries]
+    steps = ["auth"] * marks[1] + ["next_issue"] * (marks[2] - marks[1]) + ["auth"] * (marks[3] - marks[2])
+    steps += ["done"] * (marks[4] - marks[3])
     cpu = dict.fromkeys(cpu, 0.0)
     t0 = time.perf_counter()
     for _ in range(o.loops):
@@ -82,6 +93,8 @@ def measure_main(argv) -> None:
         "wall_ms_per_claim_and_done": round(1000 * wall / o.loops, 2),
         "sql_statements": statements,
     }
+    if o.statements:
+        out["statement_texts"] = [f"{step}: {text}" for step, text in zip(steps, texts, strict=True)]
     if o.cprofile:
         import cProfile
         import io
@@ -93,9 +106,26 @@ def measure_main(argv) -> None:
             one()
         prof.disable()
         text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(prof, stream=text)
+        out["cprofile_calls_per_claim_and_done"] = round(stats.total_calls / o.cprofile)
+        stats.sort_stats("tottime").print_stats(25)
         out["cprofile_tottime_top25"] = text.getvalue()
     print(json.dumps(out))
+
+
+def _named_instance(name: str) -> Instance:
+    """``new_instance("postgres")`` on a database of the caller's choosing."""
+    pg_drop(name)
+    pg_admin(f'CREATE DATABASE "{name}"')
+    inst = Instance(db_url=pg_url(name), data_dir=tempfile.mkdtemp(prefix="retasc-bench-"), pg_name=name)
+    try:
+        inst.manage("migrate", "--noinput", "-v0")
+        out = json.loads(inst.manage("bootstrap", "--org", "Bench", "--project", "BENCH", "--email", inst.email, "--json"))
+    except BaseException:
+        inst.drop(remove_data_dir=True)
+        raise
+    inst.org_slug = out.get("orgSlug") or out.get("slug") or "bench"
+    return inst
 
 
 def main() -> int:
@@ -106,12 +136,16 @@ def main() -> int:
     p.add_argument("--issues", type=int, default=3000)
     p.add_argument("--loops", type=int, default=200)
     p.add_argument("--cprofile", type=int, default=0, help="also cProfile this many loops (CPU time)")
+    p.add_argument("--statements", action="store_true", help="print the statements of one claim + finish")
+    p.add_argument("--database", help="run on this PostgreSQL database (dropped and created afresh)")
     o = p.parse_args()
     print_header("Retasc claim profile")
-    inst = new_instance("postgres")
+    inst = _named_instance(o.database) if o.database else new_instance("postgres")
     try:
         s = seed(inst, projects=["BENCH"], issues=max(o.issues, o.loops + o.cprofile + 10), keys=1)
         args = ["--key", s["keys"][0]["key"], "--loops", str(o.loops), "--cprofile", str(o.cprofile)]
+        if o.statements:
+            args.append("--statements")
         proc = subprocess.run(
             [PY, "-m", "bench.profile_claim", "measure", *args],
             cwd=ROOT,
@@ -125,7 +159,10 @@ def main() -> int:
             return 1
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         profile = result.pop("cprofile_tottime_top25", None)
+        texts = result.pop("statement_texts", None)
         print(json.dumps(result, indent=1))
+        for n, text in enumerate(texts or (), 1):
+            print(f"{n:3d} {text}")
         if profile:
             print(profile)
     finally:

@@ -20,11 +20,12 @@ def _fields(model, names):
     return [model._meta.get_field(name) for name in names]
 
 
-def insert(model, rows: list[dict], *, returning_pk: bool = False):
-    """INSERT ``rows`` (dicts of attname -> value, the same keys in each) in one statement;
-    with ``returning_pk``, return the new primary key of the (single) row."""
-    if not rows:
-        return None
+def insert_statement(model, rows: list[dict]) -> tuple[str, list]:
+    """The text and parameters of ``insert(model, rows)``, to embed in a larger statement."""
+    return _insert(model, rows)
+
+
+def _insert(model, rows: list[dict]) -> tuple[str, list]:
     names = list(rows[0])
     fields = _fields(model, names)
     marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
@@ -33,6 +34,26 @@ def insert(model, rows: list[dict], *, returning_pk: bool = False):
         f"VALUES {', '.join([marks] * len(rows))}"
     )
     params = [field.get_db_prep_save(row[name], connection) for row in rows for field, name in zip(fields, names, strict=True)]
+    return sql, params
+
+
+def _update(model, pks: list, values: dict) -> tuple[str, list]:
+    fields = _fields(model, list(values))
+    pk_field = model._meta.pk
+    sql = (
+        f"UPDATE {_q(model._meta.db_table)} SET {', '.join(f'{_q(f.column)} = %s' for f in fields)} "
+        f"WHERE {_q(pk_field.column)} IN ({', '.join(['%s'] * len(pks))})"
+    )
+    params = [field.get_db_prep_save(values[field.attname], connection) for field in fields]
+    return sql, [*params, *(pk_field.get_db_prep_value(pk, connection) for pk in pks)]
+
+
+def insert(model, rows: list[dict], *, returning_pk: bool = False):
+    """INSERT ``rows`` (dicts of attname -> value, the same keys in each) in one statement;
+    with ``returning_pk``, return the new primary key of the (single) row."""
+    if not rows:
+        return None
+    sql, params = _insert(model, rows)
     if returning_pk:
         sql += f" RETURNING {_q(model._meta.pk.column)}"  # PostgreSQL, and SQLite since 3.35
     with connection.cursor() as cur:
@@ -50,16 +71,51 @@ def update_many(model, pks, values: dict) -> int:
     pks = list(pks)
     if not pks:
         return 0
-    fields = _fields(model, list(values))
-    pk_field = model._meta.pk
-    sql = (
-        f"UPDATE {_q(model._meta.db_table)} SET {', '.join(f'{_q(f.column)} = %s' for f in fields)} "
-        f"WHERE {_q(pk_field.column)} IN ({', '.join(['%s'] * len(pks))})"
-    )
-    params = [field.get_db_prep_save(values[field.attname], connection) for field in fields]
+    sql, params = _update(model, pks, values)
     with connection.cursor() as cur:
-        cur.execute(sql, [*params, *(pk_field.get_db_prep_value(pk, connection) for pk in pks)])
+        cur.execute(sql, params)
         return cur.rowcount
+
+
+def update_statement(model, pk, values: dict) -> tuple[str, list]:
+    """The text and parameters of ``update(model, pk, values)``, for ``run``."""
+    return _update(model, [pk], values)
+
+
+def write(inserts: list[tuple], update: tuple | None = None, *, read: tuple[str, list] | None = None):
+    """Several writes in one round trip: ``inserts`` is a list of ``(model, rows)`` (as
+    for ``insert``; empty lists are skipped), ``update`` one ``(model, pk, values)``;
+    with ``read``, see ``run``."""
+    parts = [_insert(model, rows) for model, rows in inserts if rows]
+    if update is not None and update[2]:
+        model, pk, values = update
+        parts.append(_update(model, [pk], values))
+    return run(parts, read=read)
+
+
+def run(parts: list[tuple[str, list]], *, read: tuple[str, list] | None = None):
+    """Run ``(statement, params)`` writes (INSERT, UPDATE, DELETE; no RETURNING), then,
+    with ``read``, a SELECT of one row, returned (None without ``read``).
+
+    On PostgreSQL in one statement (data-modifying CTEs, then the last write or the
+    read), so one round trip; elsewhere one statement each, in the same order. In one
+    statement everything sees the same snapshot: the writes must not depend on each
+    other's effects nor change the same row, and the read does not see them (it sees
+    the transaction's earlier statements). A locking read (``FOR ... UPDATE``) stays one."""
+    if not parts and read is None:
+        return None
+    with connection.cursor() as cur:
+        if connection.vendor != "postgresql" or len(parts) + (read is not None) == 1:
+            for sql, params in parts:
+                cur.execute(sql, params)
+            if read is None:
+                return None
+            cur.execute(*read)
+            return cur.fetchone()
+        *ctes, last = [*parts, read] if read is not None else parts
+        sql = "WITH " + ", ".join(f"w{n} AS ({text})" for n, (text, _) in enumerate(ctes)) + " " + last[0]
+        cur.execute(sql, [p for _, params in ctes for p in params] + list(last[1]))
+        return cur.fetchone() if read is not None else None
 
 
 def marks(model, pks) -> tuple[str, list]:
@@ -68,18 +124,17 @@ def marks(model, pks) -> tuple[str, list]:
     return ", ".join(["%s"] * len(pks)), [prep(pk, connection) for pk in pks]
 
 
-def select_for_update(model, pk, names: list[str]) -> tuple | None:
+def select_for_update(model, pk, names: list[str], *, writes: list[tuple[str, list]] = ()) -> tuple | None:
     """Read ``names`` of one row, locked for update (``FOR NO KEY UPDATE`` on PostgreSQL;
     SQLite's write transaction already excludes other writers). Values come back as the
-    driver returns them: use it for integers and text only."""
+    driver returns them: use it for integers and text only. ``writes`` are sent first,
+    in the same round trip (``run``)."""
     fields = _fields(model, names)
     pk_field = model._meta.pk
     sql = f"SELECT {', '.join(_q(f.column) for f in fields)} FROM {_q(model._meta.db_table)} WHERE {_q(pk_field.column)} = %s"
     if connection.vendor == "postgresql":
         sql += " FOR NO KEY UPDATE"
-    with connection.cursor() as cur:
-        cur.execute(sql, [pk_field.get_db_prep_value(pk, connection)])
-        return cur.fetchone()
+    return run(list(writes), read=(sql, [pk_field.get_db_prep_value(pk, connection)]))
 
 
 # --- reading whole rows into model instances ------------------------------------------

@@ -53,6 +53,11 @@ class Unit:
     credits: list[_Credit] = field(default_factory=list)
     charge: bool = True
     balance_after_micros: int | None = None  # set by the writer when it touched the balance
+    # Round trips the writer saves (apps.core.sql.run): writes whose result nobody needs,
+    # sent with its read of the org row, and one read sent with its last write.
+    writes: list[tuple[str, list]] = field(default_factory=list)
+    answer_query: tuple[str, list] | None = None
+    answer_row: tuple | None = None
 
     def record(self, verb: str, *, issue=None, changes: dict | None = None) -> None:
         identifier = issue.identifier if hasattr(issue, "identifier") else None
@@ -73,6 +78,20 @@ class Unit:
 
     def rank_dirty(self, issue_id) -> None:
         self.dirty_ranks.add(issue_id)
+
+    def write_with_flush(self, statement: str, params: list) -> None:
+        """Send this write (INSERT/UPDATE/DELETE, no result wanted) in the same round trip
+        as the writer's locking read of the org row, before it. Only for writes that keep
+        the lock order (apps.work.writer): new rows, rows the transaction has locked
+        already, rows nothing locks before the org row without holding them first."""
+        self.writes.append((statement, params))
+
+    def read_with_flush(self, statement: str, params: list) -> None:
+        """Run this read (one row) in the same round trip as the writer's last write; the
+        row lands in ``answer_row`` (None if the read was not run). It sees every earlier
+        statement of the transaction, not the writer's own last writes (the receipts,
+        the ledger, the org's counters)."""
+        self.answer_query = (statement, params)
 
     def on_commit(self, fn) -> None:
         """Run ``fn()`` after commit. Bind loop variables with functools.partial."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 
 from django.db import connection
@@ -62,7 +63,14 @@ def claim_fence(*, issue, actor, token: str | None, now, required: bool, rebindi
     """
     live = is_live(issue, now)
     if token:
-        claim = claim_by_token(token_hash(token), issue.pk)
+        digest = token_hash(token)
+        # The live claim's row came with the locked issue row (issue_resolve(lock=True)):
+        # when the token is its token, no statement is needed to find it.
+        lease = issue.__dict__.get("_lease_claim")
+        if lease is not None and hmac.compare_digest(lease.token_hash, digest):
+            claim = lease
+        else:
+            claim = claim_by_token(digest, issue.pk)
         if claim is None or claim.principal_id != actor.principal_id:
             if live and actor.principal_id is not None and issue.lease_principal_id == actor.principal_id:
                 # The caller holds it: their token is wrong, nobody else's claim is in the way.

@@ -172,6 +172,32 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
         return changed
 
 
+def own_ranks(issue: Issue, now) -> dict | None:
+    """The rank columns ``ranks_refresh`` would give ``issue``, computed in the caller's
+    transaction, when that refresh would touch this issue alone: it is closing, and it is
+    in no ``blocks`` edge (``issue.has_blocks_edges``, read with its locked row by
+    ``issue_resolve(lock=True)``). None otherwise: then mark it ``rank_dirty``.
+
+    Why that is the same: with no edge the issue has no ancestor to refresh and inherits
+    from no child, so its effective rank is its base rank. A new edge into it needs its
+    row lock (held by the caller); a new edge out of it changes the effective rank of a
+    closed issue, which nothing reads until it reopens, and reopening refreshes it.
+    The caller writes the returned columns with its own UPDATE of the row (no statement,
+    no second transaction)."""
+    if issue.status not in _OPEN_CLOSED or getattr(issue, "has_blocks_edges", True):
+        return None
+    rank, next_at = base_rank(
+        priority=issue.priority, status=issue.status, created_at=issue.created_at, due_at=issue.due_at, now=now
+    )
+    return {
+        "base_rank": rank,
+        "sla_next_at": next_at,
+        "effective_rank": rank,
+        "dispatch_rank": dispatch_rank(rank, issue.status),
+        "rank_dirty": False,
+    }
+
+
 def _postorder(nodes: dict, kids: dict) -> list:
     """Nodes with every in-set child before its parent (iterative: chains may be deep)."""
     order, state = [], {}
@@ -215,15 +241,26 @@ def ranks_catch_up(*, org_id, now=None) -> None:
     order never depends on a periodic tick.
     """
     now = now or timezone.now()
-    table = Issue._meta.db_table
     with connection.cursor() as cur:
         # Written out (apps.core.sql explains why): every pull runs it.
-        cur.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {table} WHERE org_id = %s AND sla_next_at <= %s),"
-            f" EXISTS (SELECT 1 FROM {table} WHERE org_id = %s AND rank_dirty)",
-            [_db_uuid_org(org_id), Issue._meta.get_field("sla_next_at").get_db_prep_value(now, connection), _db_uuid_org(org_id)],
-        )
+        columns, params = catch_up_columns(org_id=org_id, now=now)
+        cur.execute(f"SELECT {columns}", params)
         due, dirty = cur.fetchone()
+    catch_up_apply(org_id=org_id, now=now, due=due, dirty=dirty)
+
+
+def catch_up_columns(*, org_id, now) -> tuple[str, list]:
+    """The two existence checks of ``ranks_catch_up`` as two select columns (``due``,
+    ``dirty``), to ride on another statement; then ``catch_up_apply``."""
+    table = Issue._meta.db_table
+    return (
+        f"EXISTS (SELECT 1 FROM {table} WHERE org_id = %s AND sla_next_at <= %s),"
+        f" EXISTS (SELECT 1 FROM {table} WHERE org_id = %s AND rank_dirty)",
+        [_db_uuid_org(org_id), Issue._meta.get_field("sla_next_at").get_db_prep_value(now, connection), _db_uuid_org(org_id)],
+    )
+
+
+def catch_up_apply(*, org_id, now, due: bool, dirty: bool) -> None:
     if due:
         sla_escalate(org_id=org_id, now=now)
     elif dirty:

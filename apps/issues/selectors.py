@@ -16,7 +16,20 @@ from apps.core import search, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.unit import metered_read
 from apps.issues import inputs
-from apps.issues.models import CLOSED, Activity, Attachment, Checkpoint, Comment, Issue, Label, SearchTerm, Status
+from apps.issues.models import (
+    CLOSED,
+    Activity,
+    Attachment,
+    Checkpoint,
+    Claim,
+    Comment,
+    Issue,
+    Label,
+    Relation,
+    SearchTerm,
+    Status,
+)
+from apps.issues.shapes import shape_columns, shape_columns_attach
 from apps.issues.sla import sla
 from apps.orgs.actor import Actor
 from apps.orgs.models import Membership, Project, ProjectAlias
@@ -56,27 +69,65 @@ def _issue_by_prefix(*, actor: Actor, prefix: str, number: int, lock: bool) -> I
     finish) starts here, and compiling the ORM version was a large share of their CPU.
     """
     issue_t, project_t = Issue._meta.db_table, Project._meta.db_table
-    sql = (
-        f"SELECT i.* FROM {issue_t} i JOIN {project_t} p ON p.id = i.project_id"
+    extra, joins = "", ""
+    if lock:
+        # A write also learns whether the issue is in any ``blocks`` edge (two index
+        # probes): closing one that is not needs no rank refresh (apps.issues.ranking
+        # own_ranks); and reads its live claim's row, which the claim fence checks
+        # (apps.issues.fencing.claim_fence), in the same statement.
+        rel = Relation._meta.db_table
+        extra = (
+            f", (EXISTS (SELECT 1 FROM {rel} r WHERE r.source_id = i.id AND r.type = 'blocks')"
+            f" OR EXISTS (SELECT 1 FROM {rel} r WHERE r.target_id = i.id AND r.type = 'blocks')) AS has_blocks_edges, "
+            + ", ".join(f'lc.{connection.ops.quote_name(f.column)} AS "lease_claim_{n}"' for n, f in enumerate(_CLAIM_FIELDS))
+        )
+        joins = f" LEFT JOIN {Claim._meta.db_table} lc ON lc.id = i.lease_claim_id AND lc.issue_id = i.id"
+    query = (
+        f"SELECT i.*{extra} FROM {issue_t} i JOIN {project_t} p ON p.id = i.project_id{joins}"
         " WHERE i.org_id = %s AND p.prefix = %s AND i.number = %s"
     )
     if lock and connection.vendor == "postgresql":
-        sql += " FOR NO KEY UPDATE OF i"  # SQLite: the write transaction already excludes writers
+        query += " FOR NO KEY UPDATE OF i"  # SQLite: the write transaction already excludes writers
     org_id = Issue._meta.get_field("org").target_field.get_db_prep_value(actor.org.pk, connection)
-    for issue in Issue.objects.raw(sql, [org_id, prefix, number]):
+    for issue in Issue.objects.raw(query, [org_id, prefix, number]):
         if actor.project is not None and actor.project.pk == issue.project_id:
             issue.project = actor.project
+        if lock:
+            values = [issue.__dict__.pop(f"lease_claim_{n}") for n in range(len(_CLAIM_FIELDS))]
+            issue.__dict__["_lease_claim"] = sql.load(Claim, values) if values[0] is not None else None
         return issue
     return None
 
 
-def issue_with_people(pk) -> Issue:
+_CLAIM_FIELDS = Claim._meta.concrete_fields
+
+
+def issue_with_people(pk, *, row: tuple | None = None) -> Issue:
     """``Issue.objects.with_people().get(pk=pk)``, written out (apps.core.sql): every
-    claim and every write answers with the issue shaped from this read."""
+    claim and every write answers with the issue shaped from this read. With ``row``,
+    what ``issue_with_people_query(pk)`` already read (no statement)."""
+    if row is None:
+        with connection.cursor() as cur:
+            cur.execute(*issue_with_people_query(pk))
+            row = cur.fetchone()
+    if row is None:
+        raise Issue.DoesNotExist(f"issue {pk} is gone")
+    issue, at = _load_with_people(row, _PEOPLE_PARTS)
+    if len(row) > at:
+        shape_columns_attach(issue, *row[at:])
+    return issue
+
+
+_PEOPLE_PARTS = ((Issue, "i"), (Project, "p"), (User, "ua"), (User, "uu"), (Checkpoint, "c"), (User, "cu"))
+
+
+def issue_with_people_query(pk) -> tuple[str, list]:
+    """The statement ``issue_with_people`` runs (to send it with another one)."""
     q = connection.ops.quote_name
-    parts = ((Issue, "i"), (Project, "p"), (User, "ua"), (User, "uu"), (Checkpoint, "c"), (User, "cu"))
+    # On PostgreSQL the issue's edges and labels come in the same statement.
+    along = shape_columns("i")
     query = (
-        f"SELECT {', '.join(sql.columns(model, alias) for model, alias in parts)}"
+        f"SELECT {', '.join(sql.columns(model, alias) for model, alias in _PEOPLE_PARTS)}{', ' + along if along else ''}"
         f" FROM {q(Issue._meta.db_table)} i JOIN {q(Project._meta.db_table)} p ON p.id = i.project_id"
         f" LEFT JOIN {q(User._meta.db_table)} ua ON ua.id = i.assignee_id"
         f" LEFT JOIN {q(User._meta.db_table)} uu ON uu.id = i.author_id"
@@ -84,12 +135,7 @@ def issue_with_people(pk) -> Issue:
         f" LEFT JOIN {q(User._meta.db_table)} cu ON cu.id = c.author_id"
         " WHERE i.id = %s"
     )
-    with connection.cursor() as cur:
-        cur.execute(query, [Issue._meta.pk.get_db_prep_value(pk, connection)])
-        row = cur.fetchone()
-    if row is None:
-        raise Issue.DoesNotExist(f"issue {pk} is gone")
-    return _issue_from_row(row, parts)
+    return query, [Issue._meta.pk.get_db_prep_value(pk, connection)]
 
 
 def project_resolve(*, actor: Actor, prefix: str | None) -> Project:
@@ -219,6 +265,15 @@ def search_page(*, actor: Actor, query, where=(), label: str | None = None, offs
 def _issue_from_row(row, parts) -> Issue:
     """An issue with its project and people from one row of ``parts``' columns (the
     layout of ``issue_with_people``), plus a trailing ``hits`` when the row has one."""
+    issue, at = _load_with_people(row, parts)
+    if at < len(row):
+        issue.hits = row[at]
+    return issue
+
+
+def _load_with_people(row, parts) -> tuple[Issue, int]:
+    """The issue of one row of ``parts``' columns with its project and people attached,
+    and where in the row its columns end."""
     loaded, at = [], 0
     for model, _ in parts:
         values = row[at : at + sql.width(model)]
@@ -228,9 +283,7 @@ def _issue_from_row(row, parts) -> Issue:
     issue.project, issue.assignee, issue.author, issue.checkpoint = project, assignee, author, checkpoint
     if checkpoint is not None:
         checkpoint.author = checkpoint_author
-    if at < len(row):
-        issue.hits = row[at]
-    return issue
+    return issue, at
 
 
 def _search_cursor_decode(cursor: str | None) -> int:

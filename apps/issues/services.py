@@ -12,11 +12,11 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core import signing
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.core import keystore
+from apps.core import keystore, sql
 from apps.core.errors import ServiceError, invalid, not_found
 from apps.core.formats import iso
 from apps.core.unit import metered_read, mutation
@@ -24,9 +24,9 @@ from apps.issues import acceptance as acceptance_rules
 from apps.issues import inputs
 from apps.issues.fencing import claim_by_token, claim_fence, is_live, token_hash
 from apps.issues.models import CLOSED, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, Status
-from apps.issues.ranking import ancestors, lock_org_ranks
+from apps.issues.ranking import ancestors, lock_org_ranks, own_ranks
 from apps.issues.search import search_reindex
-from apps.issues.selectors import active_member, issue_resolve, project_resolve
+from apps.issues.selectors import active_member, issue_resolve, issue_with_people, issue_with_people_query, project_resolve
 from apps.orgs.actor import Actor
 from apps.orgs.models import AgentKey, Membership, Org, Project
 from apps.orgs.selectors import human_resolve
@@ -286,6 +286,7 @@ def issue_update(
     awaiting_triage=UNSET,
     unfenced: bool = False,
     receipt_verb: str | None = None,
+    read_back: bool = False,
 ) -> Issue:
     """Edit fields and/or move status. Writes to a held issue need its claim token.
 
@@ -295,6 +296,9 @@ def issue_update(
     ``receipt_verb`` names the receipt instead of the default (a triage sign-off).
     ``labels`` replaces the issue's labels; ``labels_add`` / ``labels_remove`` change them
     relative to what the issue has, read under the issue's lock (not with ``labels``).
+    ``read_back``: the caller answers with the issue as committed; when no rank refresh
+    follows the commit, it is read with the last statement before it (no round trip of
+    its own) and kept as ``issue.read_back`` (absent otherwise: read it after).
     """
     if unfenced and (actor.principal_id is not None or actor.key is not None):
         raise ServiceError("FORBIDDEN", "Only the system writes past a claim.")
@@ -422,18 +426,32 @@ def issue_update(
                     "cancel_reason_enc",
                 }
             )
+        ranks = None
         if {"priority", "dueAt", "status"} & diff.keys():
-            unit.rank_dirty(issue.pk)
+            # Closing an issue in no blocks edge: its ranks go in this UPDATE, and no
+            # refresh transaction follows the commit (apps.issues.ranking.own_ranks).
+            ranks = own_ranks(issue, now) if blocked_by is UNSET or not blocked_by else None
+            if ranks is None:
+                unit.rank_dirty(issue.pk)
+            else:
+                unit.dirty_ranks.discard(issue.pk)
+                for name, value in ranks.items():
+                    setattr(issue, name, value)
+                update_fields.update(ranks)
         if not diff:
             if repeat:
                 unit.charge = False  # the retry of an action already charged
             return issue
         issue.updated_at = now
         update_fields = {_column(f) for f in update_fields} | {"updated_at"}
-        issue.save(update_fields=sorted(update_fields))
+        _save(issue, sorted(update_fields), unit)
         if {"title", "body"} & diff.keys():
             search_reindex(issue)
         unit.record(receipt_verb or verb, issue=issue, changes=diff)
+        if read_back and not unit.dirty_ranks:
+            unit.read_with_flush(*issue_with_people_query(issue.pk))
+    if unit.answer_row is not None:
+        issue.read_back = issue_with_people(issue.pk, row=unit.answer_row)
     return issue
 
 
@@ -554,9 +572,34 @@ def _finished_with(*, issue: Issue, actor: Actor, token, status) -> bool:
 
 
 def _end_claim(issue: Issue, claim_id, reason: str, now) -> None:
+    """End the issue's claim. The claim row is written with the issue's own UPDATE at the
+    end of ``issue_update`` (``_save``: one round trip on PostgreSQL)."""
     if claim_id:
-        Claim.objects.filter(pk=claim_id, ended_at__isnull=True).update(ended_at=now, end_reason=reason)
+        issue.__dict__["_claim_end"] = (claim_id, reason, now)
     issue.lease_claim_id = issue.lease_principal_id = issue.lease_expires_at = None
+
+
+def _save(issue: Issue, names, unit) -> None:
+    """``issue.save(update_fields=names)`` and the claim end ``_end_claim`` left pending,
+    written out (apps.core.sql): every finish runs it. They are sent with the writer's
+    read of the org row, no round trip of their own: the issue row is locked already
+    (``issue_resolve(lock=True)``), and the claim row is the issue's (every other write
+    to a claim row that goes on to the org row holds the issue row first, or waits for
+    it before that)."""
+    fields = [Issue._meta.get_field(name) for name in names]
+    parts = [sql.update_statement(Issue, issue.pk, {f.attname: getattr(issue, f.attname) for f in fields})]
+    ended = issue.__dict__.pop("_claim_end", None)
+    if ended is not None:
+        claim_id, reason, now = ended
+        parts.insert(
+            0,
+            (
+                f"UPDATE {Claim._meta.db_table} SET ended_at = %s, end_reason = %s WHERE id = %s AND ended_at IS NULL",
+                [Claim._meta.get_field("ended_at").get_db_prep_save(now, connection), reason, claim_id],
+            ),
+        )
+    for part in parts:
+        unit.write_with_flush(*part)
 
 
 def _transition(*, issue: Issue, new: str, actor: Actor, claim, now, diff: dict, unit) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 
@@ -28,13 +29,16 @@ def issue_shapes(issues: list[Issue], *, actor: Actor | None, now=None) -> list[
     ids = [i.pk for i in issues]
     blocked_by, blocks = defaultdict(list), defaultdict(list)
     wanted = set(ids)
-    for source_id, target_id, source_ident, source_status, target_ident in _edges(ids):
+    # Read with the issue row itself when the caller used ``shape_columns`` (one statement).
+    read_along = all(_READ_ALONG in i.__dict__ for i in issues)
+    edges = [e for i in issues for e in i.__dict__[_READ_ALONG][0]] if read_along else _edges(ids)
+    for source_id, target_id, source_ident, source_status, target_ident in edges:
         if target_id in wanted:
             blocked_by[target_id].append((source_ident, source_status not in CLOSED))
         if source_id in wanted:
             blocks[source_id].append(target_ident)
     labels = defaultdict(list)
-    for issue_id, name in _labels(ids):
+    for issue_id, name in [(i.pk, n) for i in issues for n in i.__dict__[_READ_ALONG][1]] if read_along else _labels(ids):
         labels[issue_id].append(name)
     emails = {}
     key = getattr(actor, "key", None)
@@ -69,6 +73,42 @@ def _edges(ids) -> list[tuple]:
         cur.execute(query, params + params)
         rows = cur.fetchall()
     return [(_uuid(src), _uuid(tgt), f"{sp}-{sn}", status, f"{tp}-{tn}") for src, tgt, sp, sn, status, tp, tn in rows]
+
+
+_READ_ALONG = "_shape_edges_labels"
+
+
+def shape_columns(alias: str) -> str | None:
+    """Two extra columns for a statement that reads one issue as ``alias``: its ``blocks``
+    edges and its label names, each aggregated to a JSON array, so that shaping it needs
+    no further statement (``shape_columns_attach`` keeps them on the instance).
+    PostgreSQL and SQLite (its JSON functions); None elsewhere: ``issue_shapes`` then
+    reads them itself."""
+    if connection.vendor == "postgresql":
+        agg, array = "json_agg", "json_build_array"
+    elif connection.vendor == "sqlite":
+        agg, array = "json_group_array", "json_array"
+    else:  # pragma: no cover - the two supported databases are above
+        return None
+    issue_t, rel_t, project_t = Issue._meta.db_table, Relation._meta.db_table, Project._meta.db_table
+    through, label_t = Issue.labels.through._meta.db_table, Label._meta.db_table
+    return (
+        f"(SELECT {agg}({array}(r.source_id, r.target_id, sp.prefix, s.number, s.status, tp.prefix, t.number))"
+        f" FROM {rel_t} r JOIN {issue_t} s ON s.id = r.source_id JOIN {project_t} sp ON sp.id = s.project_id"
+        f" JOIN {issue_t} t ON t.id = r.target_id JOIN {project_t} tp ON tp.id = t.project_id"
+        f" WHERE r.type = 'blocks' AND (r.target_id = {alias}.id OR r.source_id = {alias}.id)),"
+        f" (SELECT {agg}(l.name) FROM {through} il JOIN {label_t} l ON l.id = il.label_id WHERE il.issue_id = {alias}.id)"
+    )
+
+
+def shape_columns_attach(issue: Issue, edges_json, labels_json) -> None:
+    """Keep the two ``shape_columns`` values on ``issue`` for ``issue_shapes``."""
+    edges = json.loads(edges_json) if isinstance(edges_json, str) else edges_json or []
+    labels = json.loads(labels_json) if isinstance(labels_json, str) else labels_json or []
+    issue.__dict__[_READ_ALONG] = (
+        [(_uuid(src), _uuid(tgt), f"{sp}-{sn}", status, f"{tp}-{tn}") for src, tgt, sp, sn, status, tp, tn in edges],
+        labels,
+    )
 
 
 def _labels(ids) -> list[tuple]:

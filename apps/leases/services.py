@@ -27,8 +27,8 @@ from apps.core.unit import metered_read, mutation
 from apps.issues import handoff
 from apps.issues.fencing import claim_fence, is_live, new_token
 from apps.issues.models import CLOSED, DISPATCHABLE, Claim, Issue, Relation, Status
-from apps.issues.ranking import ranks_catch_up
-from apps.issues.selectors import issue_resolve, issue_with_people
+from apps.issues.ranking import catch_up_columns, ranks_catch_up
+from apps.issues.selectors import issue_resolve, issue_with_people, issue_with_people_query
 from apps.issues.services import author_cannot_review, checkpoint_write
 from apps.issues.shapes import issue_shape, issue_shapes
 from apps.orgs.actor import Actor
@@ -37,10 +37,26 @@ from apps.orgs.models import AgentKey, Org
 MAX_BATCH = 25
 
 
-def lock_project_claims(project_id: int) -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7302, zlib.crc32(str(project_id).encode()) - 2**31])
+def lock_project_claims(project_id: int, *, catch_up_of=None) -> bool:
+    """Take the project's claim lock. With ``catch_up_of`` (an org id), the same statement
+    also asks whether that org's ranks need ``ranks_catch_up`` first; returns True if so
+    (PostgreSQL; False elsewhere, where the caller checks before)."""
+    if connection.vendor != "postgresql":
+        return False
+    columns, params = ("", [])
+    if catch_up_of is not None:
+        columns, params = catch_up_columns(org_id=catch_up_of, now=timezone.now())
+        columns = ", " + columns
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT pg_advisory_xact_lock(%s, %s){columns}", [7302, zlib.crc32(str(project_id).encode()) - 2**31, *params]
+        )
+        row = cur.fetchone()
+    return catch_up_of is not None and any(row[1:])
+
+
+class _CatchUpFirst(Exception):
+    """Raised under the project lock when the org's ranks need a catch-up first."""
 
 
 def _open_blocker_exists():
@@ -60,18 +76,22 @@ def ready_queryset(*, actor: Actor, project_id: int, now, all_lanes: bool):
     return qs.order_by("dispatch_rank", "created_at", "number")
 
 
+def _live_claims_query(root_key_id: int, now) -> tuple[str, list]:
+    expires = Claim._meta.get_field("expires_at").get_db_prep_value(now, connection)
+    keys = AgentKey._meta.db_table
+    return (
+        f"SELECT COUNT(*) FROM {Claim._meta.db_table} WHERE ended_at IS NULL AND expires_at > %s"
+        f" AND key_id IN (SELECT id FROM {keys} WHERE id = %s OR parent_id = %s)",
+        [expires, root_key_id, root_key_id],
+    )
+
+
 def _live_claims(root_key_id: int, now) -> int:
     """Live claims held through ``root_key_id`` and every session key minted from it: a
     session key counts against its parent's cap (SPEC §2). Written out: it runs under
     the project lock on every pull."""
-    expires = Claim._meta.get_field("expires_at").get_db_prep_value(now, connection)
-    keys = AgentKey._meta.db_table
     with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT COUNT(*) FROM {Claim._meta.db_table} WHERE ended_at IS NULL AND expires_at > %s"
-            f" AND key_id IN (SELECT id FROM {keys} WHERE id = %s OR parent_id = %s)",
-            [expires, root_key_id, root_key_id],
-        )
+        cur.execute(*_live_claims_query(root_key_id, now))
         return cur.fetchone()[0]
 
 
@@ -79,18 +99,25 @@ def _sql_list(values) -> str:
     return ", ".join(f"'{getattr(v, 'value', v)}'" for v in values)
 
 
-def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool) -> Issue | None:
+def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool, with_held: bool = False) -> Issue | None:
     """``ready_queryset(...).first()``, written out once.
 
     A pull runs this under the project lock, and compiling the ORM version took more CPU
     than the rest of the locked section together. tests/leases/test_pick.py checks that
     the two choose the same issue in every case they distinguish.
+
+    ``with_held``: the picked issue also carries ``held_claims``, what ``_live_claims``
+    counts for the actor's key (the same statement, one round trip less under the lock).
     """
     if actor.principal_id is None:  # pragma: no cover - pulls are by agent keys
         raise ServiceError("FORBIDDEN", "Claims are held by agent keys; use an agent key.")
     issue_t, rel_t = Issue._meta.db_table, Relation._meta.db_table
+    held, held_params = ("", [])
+    if with_held and actor.key_id:
+        held, held_params = _live_claims_query(actor.limit_key_id, now)
+        held = f", ({held}) AS held_claims"
     sql = (
-        f"SELECT i.* FROM {issue_t} i"
+        f"SELECT i.*{held} FROM {issue_t} i"
         " WHERE i.project_id = %s AND i.work AND NOT i.awaiting_triage"
         f" AND i.status IN ({_sql_list(DISPATCHABLE)})"
         " AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= %s)"
@@ -98,7 +125,8 @@ def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool) -> Issue | Non
         f" AND NOT EXISTS (SELECT 1 FROM {rel_t} r JOIN {issue_t} s ON s.id = r.source_id"
         f" WHERE r.target_id = i.id AND r.type = 'blocks' AND s.status NOT IN ({_sql_list(CLOSED)}))"
     )
-    params = [project_id, Issue._meta.get_field("lease_expires_at").get_db_prep_value(now, connection), actor.principal_id]
+    params = [*held_params, project_id]
+    params += [Issue._meta.get_field("lease_expires_at").get_db_prep_value(now, connection), actor.principal_id]
     if not all_lanes:
         sql += " AND (i.assignee_id IS NULL OR i.assignee_id = %s)"
         params.append(actor.principal_id)
@@ -109,9 +137,10 @@ def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool) -> Issue | Non
     return None
 
 
-def _check_cap(actor: Actor, now, wanted: int = 1) -> None:
+def _check_cap(actor: Actor, now, wanted: int = 1, held: int | None = None) -> None:
     cap = actor.org.effective_claim_cap
-    held = _live_claims(actor.limit_key_id, now) if actor.key_id else 0
+    if held is None:
+        held = _live_claims(actor.limit_key_id, now) if actor.key_id else 0
     if held + wanted > cap:
         raise ServiceError(
             "CLAIM_CAP",
@@ -149,32 +178,40 @@ def _take(*, issue: Issue, actor: Actor, now, unit, kind: str) -> tuple[Claim, s
         last_heartbeat_at=now,
     )
     # Written-out statements (apps.core.sql): this runs under the project lock.
-    claim.pk = sql.insert(
-        Claim,
-        [{f.attname: getattr(claim, f.attname) for f in Claim._meta.concrete_fields if not f.primary_key}],
-        returning_pk=True,
-    )
-    claim._state.adding = False
+    row = [{f.attname: getattr(claim, f.attname) for f in Claim._meta.concrete_fields if not f.primary_key}]
     new_status = Status.DOING if kind == Claim.Kind.WORK else Status.REVIEW
     # Conditional: only while the row is still free (the project lock makes it so).
     issue_t = Issue._meta.db_table
     field = Issue._meta.get_field
+    mark = (
+        f"UPDATE {issue_t} SET status = %s, lease_claim_id = {{claim}}, lease_principal_id = %s, lease_expires_at = %s,"
+        " updated_at = %s WHERE id = %s AND status = %s AND (lease_claim_id IS NULL OR lease_expires_at <= %s)"
+    )
+    mark_params = [
+        actor.principal_id,
+        field("lease_expires_at").get_db_prep_value(claim.expires_at, connection),
+        field("updated_at").get_db_prep_value(now, connection),
+        Issue._meta.pk.get_db_prep_value(issue.pk, connection),
+        field("status").get_db_prep_value(issue.status, connection),
+        field("lease_expires_at").get_db_prep_value(now, connection),
+    ]
+    status = field("status").get_db_prep_value(new_status, connection)
     with connection.cursor() as cur:
-        cur.execute(
-            f"UPDATE {issue_t} SET status = %s, lease_claim_id = %s, lease_principal_id = %s, lease_expires_at = %s,"
-            " updated_at = %s WHERE id = %s AND status = %s AND (lease_claim_id IS NULL OR lease_expires_at <= %s)",
-            [
-                field("status").get_db_prep_value(new_status, connection),
-                claim.pk,
-                actor.principal_id,
-                field("lease_expires_at").get_db_prep_value(claim.expires_at, connection),
-                field("updated_at").get_db_prep_value(now, connection),
-                Issue._meta.pk.get_db_prep_value(issue.pk, connection),
-                field("status").get_db_prep_value(issue.status, connection),
-                field("lease_expires_at").get_db_prep_value(now, connection),
-            ],
-        )
-        changed = cur.rowcount
+        if connection.vendor == "postgresql":
+            # The claim row and the issue's mark in one statement; if the mark matches no
+            # row, the claim row is rolled back with the refusal below.
+            insert, insert_params = sql.insert_statement(Claim, row)
+            cur.execute(
+                f"WITH c AS ({insert} RETURNING id) " + mark.format(claim="(SELECT id FROM c)") + " RETURNING lease_claim_id",
+                [*insert_params, status, *mark_params],
+            )
+            got = cur.fetchone()
+            changed, claim.pk = (1, got[0]) if got else (0, None)
+        else:
+            claim.pk = sql.insert(Claim, row, returning_pk=True)
+            cur.execute(mark.format(claim="%s"), [status, claim.pk, *mark_params])
+            changed = cur.rowcount
+    claim._state.adding = False
     if changed != 1:  # pragma: no cover - the project lock makes this unreachable
         raise ServiceError("HELD", f"{issue.identifier} was taken a moment ago; pull again.")
     before = issue.status
@@ -234,13 +271,29 @@ def _require_agent(actor: Actor) -> None:
 def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
     """Claim the first eligible issue, or say why there is none."""
     _require_agent(actor)
-    ranks_catch_up(org_id=actor.org.pk)
+    # Due SLA escalations and ranks a crash left dirty are applied before a pull. On
+    # PostgreSQL the check rides on the project lock's statement; in the rare case it
+    # finds work, the pull is rolled back (nothing written yet), caught up, and redone.
+    folded = connection.vendor == "postgresql"
+    if not folded:
+        ranks_catch_up(org_id=actor.org.pk)
+    try:
+        return _next_issue(actor, all_lanes, check_catch_up=folded)
+    except _CatchUpFirst:
+        ranks_catch_up(org_id=actor.org.pk)
+        return _next_issue(actor, all_lanes, check_catch_up=False)
+
+
+def _next_issue(actor: Actor, all_lanes: bool, *, check_catch_up: bool) -> dict:
     project_id = actor.project.pk
     with mutation(actor, "next_issue") as unit:
-        lock_project_claims(project_id)
+        if lock_project_claims(project_id, catch_up_of=actor.org.pk if check_catch_up else None):
+            raise _CatchUpFirst
         now = timezone.now()
-        _check_cap(actor, now)
-        issue = _pick(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes)
+        issue = _pick(actor=actor, project_id=project_id, now=now, all_lanes=all_lanes, with_held=True)
+        # The cap is checked on the count read with the pick; with nothing to pick, on its
+        # own statement (a key at its cap is told so even when the queue is empty).
+        _check_cap(actor, now, held=getattr(issue, "held_claims", None))
         if issue is None:
             unit.charge = False  # an empty pull is billed as a read below
             empty = True
@@ -248,12 +301,14 @@ def next_issue(*, actor: Actor, all_lanes: bool = False) -> dict:
             empty = False
             kind = Claim.Kind.REVIEW if issue.status == Status.REVIEW else Claim.Kind.WORK
             claim, raw = _take(issue=issue, actor=actor, now=now, unit=unit, kind=kind)
+            # The answer's read rides on the writer's last statement (it sees the claim).
+            unit.read_with_flush(*issue_with_people_query(issue.pk))
     if empty:
         metered_read(actor, "next_issue_empty")
         counts = queue_counts(actor=actor, project_id=project_id, now=timezone.now())
         return {"issue": None, **counts, "tellHuman": unblock_hint(counts)}
     # Shaped after commit, outside the lock (people and relations come with this read).
-    issue = issue_with_people(issue.pk)
+    issue = issue_with_people(issue.pk, row=unit.answer_row)
     issue.__dict__["_claim_key"] = actor.key_id
     return claim_answer(issue=issue, claim=claim, raw=raw, actor=actor, now=now)
 

@@ -95,8 +95,10 @@ def _flag(value, field: str) -> bool:
 
 
 def _fresh_issue_shape(actor: Actor, issue) -> dict:
-    # Re-read after commit: effective ranks are refreshed after the write commits.
-    return issue_shape(issue_with_people(issue.pk), actor=actor)
+    # Re-read after commit: effective ranks are refreshed after the write commits (unless
+    # the write read it back in its transaction because no refresh follows).
+    fresh = getattr(issue, "read_back", None)
+    return issue_shape(fresh if fresh is not None else issue_with_people(issue.pk), actor=actor)
 
 
 # --- identity -------------------------------------------------------------------------
@@ -214,7 +216,9 @@ def save_issue(
         given.pop("title", None), given.pop("work", None)
         issue = issue_services.issue_create(actor=actor, title=title, work=work, **given)
     else:
-        issue = issue_services.issue_update(actor=actor, identifier=identifier, claim_token=claimToken or None, **given)
+        issue = issue_services.issue_update(
+            actor=actor, identifier=identifier, claim_token=claimToken or None, read_back=True, **given
+        )
     return _fresh_issue_shape(actor, issue)
 
 

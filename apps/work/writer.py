@@ -6,7 +6,10 @@ installed at start-up, finishes the unit:
 1. before commit, the org row is locked (last, and briefly: nothing else is locked after
    it); the receipt chain advances by the recorded entries, credits are added and the
    action is charged to the ledger, in the same locked update; just before, the
-   notifications' outbox rows are written (apps.notifications.events);
+   notifications' outbox rows are written (apps.notifications.events). On PostgreSQL
+   that is two statements: the locking read (carrying the unit's pending writes,
+   ``Unit.write_with_flush``) and one write of the ledger rows, the receipts and the
+   counters (carrying the unit's answer read, ``Unit.read_with_flush``);
 2. the transaction commits;
 3. effective ranks of issues marked dirty are refreshed (own transaction, see
    apps.issues.ranking), then after-commit effects (live events, notifications) run.
@@ -93,6 +96,8 @@ class Writer:
         actor = unit.actor
         charging = unit.charge and self.billable(actor)
         if not unit.entries and not charging and not unit.credits:
+            sql.run(unit.writes)
+            unit.answer_row = sql.run([], read=unit.answer_query)  # it must see the writes
             return
         # The outbox rows of the action's notifications, in its transaction and before the
         # org row lock (kept brief). Free when no receipt names a notifiable event.
@@ -101,7 +106,8 @@ class Writer:
         # Locked read-modify-write of the org's counters: the lock is what makes it safe,
         # and the values must be read to chain the hashes anyway.
         # (Hand-written statements, apps.core.sql: this runs on every action.)
-        row = sql.select_for_update(Org, actor.org.pk, list(_COUNTERS))
+        # The unit's pending writes (rows it has locked already) ride on this read.
+        row = sql.select_for_update(Org, actor.org.pk, list(_COUNTERS), writes=unit.writes)
         if row is None:
             raise Org.DoesNotExist(f"org {actor.org.pk} is gone")
         org = Org(pk=actor.org.pk, **dict(zip(_COUNTERS, row, strict=True)))
@@ -178,9 +184,13 @@ class Writer:
             )
         if "balance_micros" in updates:
             unit.balance_after_micros = updates["balance_micros"]
-        sql.insert(LedgerEntry, ledger)
-        sql.update(Org, org.pk, updates)
-        sql.insert(Activity, [{name: getattr(a, name) for name in _ACTIVITY_COLUMNS} for a in rows])
+        # The ledger rows, the receipts and the org's counters in one round trip (one
+        # statement on PostgreSQL): the org row lock is held from here to commit.
+        unit.answer_row = sql.write(
+            [(LedgerEntry, ledger), (Activity, [{name: getattr(a, name) for name in _ACTIVITY_COLUMNS} for a in rows])],
+            (Org, org.pk, updates),
+            read=unit.answer_query,
+        )
         if rows and org.chain_keyed:
             # The head's anchor outside the database (apps.core.chain), after commit.
             unit.after.append(functools.partial(_anchor, org.pk, seq, head))

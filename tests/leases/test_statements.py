@@ -1,0 +1,105 @@
+"""How many statements one agent work cycle sends: authenticate, ``next_issue``,
+authenticate, ``save_issue status=done`` (what ``bench.profile_claim`` measures).
+
+A deterministic count, on each database, that fails when a change adds a statement to
+the hottest path (docs/benchmarks.md, "Statements per claim + finish"). Real commits
+(``tworld``), so BEGIN and COMMIT are counted as the server sends them. The same cycle's
+effects are checked too: the claim row ended, the receipts chained, the ranks as a
+refresh would leave them.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from apps.billing.models import LedgerEntry
+from apps.issues import chain
+from apps.issues.models import Activity, Claim, Issue
+from apps.issues.ranking import ranks_refresh
+from apps.orgs.services import agent_key_authenticate
+from apps.tools import operations as ops
+from tests.conftest import is_postgres, new_issue
+
+# auth 1; next_issue 7 (BEGIN, project lock with the rank catch-up check, pick with the
+# cap count, claim row + issue mark, org row, ledger + receipt + counters with the
+# answer's read, COMMIT); auth 1; done 6 (BEGIN, the issue with its claim and edges,
+# outbox reachability, claim end + issue row with the org row, ledger + receipt +
+# counters with the answer's read, COMMIT).
+POSTGRES = {"next_issue": 7, "done": 6, "total": 15}
+# SQLite sends one statement per write (no data-modifying CTEs) and checks the ranks
+# before the transaction; the answer's edges and labels come with its read there too.
+SQLITE = {"next_issue": 11, "done": 11, "total": 24}
+
+
+def cycle(w):
+    counts = {}
+    with CaptureQueriesContext(connection) as q:
+        actor = agent_key_authenticate(w.owner_agent.raw)
+        start = len(q.captured_queries)
+        got = ops.next_issue(actor)
+        counts["next_issue"] = len(q.captured_queries) - start
+        actor = agent_key_authenticate(w.owner_agent.raw)
+        start = len(q.captured_queries)
+        done = ops.save_issue(actor, identifier=got["issue"]["identifier"], status="done", claimToken=got["claimToken"])
+        counts["done"] = len(q.captured_queries) - start
+    counts["total"] = len(q.captured_queries)
+    return got, done, counts, [c["sql"] for c in q.captured_queries]
+
+
+def test_a_claim_and_finish_stay_within_their_statements(tworld):
+    w = tworld
+    for n in range(3):
+        new_issue(w.a, f"work {n}")
+    cycle(w)  # warm: first-use reads (content types, caches) are not the steady state
+    got, done, counts, statements = cycle(w)
+    expected = POSTGRES if is_postgres() else SQLITE
+    assert counts == expected, "\n".join(statements)
+
+    # What the cycle did is all there.
+    assert done["status"] == "done" and done["claim"] is None
+    issue = Issue.objects.get(project=w.project, number=int(got["issue"]["identifier"].split("-")[1]))
+    assert issue.lease_claim_id is None and issue.closed_at is not None
+    claim = Claim.objects.get(issue=issue)
+    assert claim.ended_at is not None and claim.end_reason == "finished"
+    verbs = list(Activity.objects.filter(issue=issue).order_by("seq").values_list("verb", flat=True))
+    assert verbs[-2:] == ["claimed", "finished"]
+    assert LedgerEntry.objects.filter(org=w.org, action__in=["next_issue", "issue_edit"]).count() == 4
+    assert chain.verify_org(w.org) is None
+    # The ranks written with the finish (no refresh transaction) are the refresh's own.
+    assert ranks_refresh(org_id=w.org.pk, issue_ids=[issue.pk]) == 0
+
+
+def test_closing_a_blocked_issue_still_refreshes_its_blocker(tworld):
+    """An issue in a blocks edge takes the refresh path: when it closes, its blocker
+    loses the urgency it inherited from it."""
+    w = tworld
+    blocker = new_issue(w.a, "blocker", priority=4)
+    urgent = new_issue(w.a, "urgent", priority=1, blocked_by=[blocker.identifier])
+    blocker.refresh_from_db()
+    assert blocker.effective_rank == 1  # inherited from the urgent issue it blocks
+    with CaptureQueriesContext(connection) as q:
+        ops.save_issue(w.a, identifier=urgent.identifier, status="canceled", cancelReason="not needed any more")
+    assert any("WITH RECURSIVE anc" in c["sql"] for c in q.captured_queries)  # the refresh ran
+    blocker.refresh_from_db()
+    assert blocker.effective_rank == 4 and blocker.dispatch_rank == 9
+    assert ranks_refresh(org_id=w.org.pk, issue_ids=[urgent.pk, blocker.pk]) == 0
+
+
+def test_a_pull_that_finds_ranks_to_catch_up_redoes_itself_once(tworld):
+    """On PostgreSQL the catch-up check rides on the project lock: when it finds work,
+    the pull is rolled back, the ranks caught up, and the pull redone; one claim, one
+    charge, one receipt, and the now most urgent issue is the one handed out."""
+    w = tworld
+    new_issue(w.a, "ordinary")
+    late = new_issue(w.a, "made urgent behind the ranks' back")
+    Issue.objects.filter(pk=late.pk).update(priority=1, rank_dirty=True)  # as a crash would leave it
+    charges = LedgerEntry.objects.filter(org=w.org, action="next_issue").count()
+    got = ops.next_issue(w.a)
+    assert got["issue"]["identifier"] == late.identifier
+    assert got["issue"]["effectivePriority"] == 1
+    assert Claim.objects.filter(org=w.org).count() == 1
+    assert LedgerEntry.objects.filter(org=w.org, action="next_issue").count() == charges + 1
+    assert list(Activity.objects.filter(org=w.org, verb="claimed").values_list("issue_id", flat=True)) == [late.pk]
+    assert not Issue.objects.filter(org=w.org, rank_dirty=True).exists()
+    assert chain.verify_org(w.org) is None
