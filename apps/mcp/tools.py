@@ -218,13 +218,17 @@ def _result(payload: dict, *, error: bool = False) -> CallToolResult:
 def actor_from_token() -> Actor:
     """The Actor behind the bearer key this request was authenticated with.
 
-    Re-checked here (in the worker thread, at call time) rather than carried over from
-    the transport: a key revoked or a member suspended since the HTTP request began
-    stops working at once, and the Actor's rows are fresh.
+    The transport's key check (``apps.mcp.auth``) built it at the start of this same HTTP
+    request, as DRF's authentication does for an API view: the key is checked once per
+    request, not once more per tool call. A token without one (the anonymous discovery
+    placeholder) is checked here, and so answers UNAUTHORIZED.
     """
     token = get_access_token()
     if token is None:
         raise UNAUTHORIZED
+    actor = getattr(token, "actor", None)
+    if actor is not None:
+        return actor
     return agent_key_authenticate(token.token)
 
 

@@ -102,6 +102,17 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "apps.dash.csp.ContentSecurityPolicyMiddleware",
 ]
+# /api/v1/ requests that carry an Authorization header (agent keys, personal tokens) and
+# no session cookie run
+# only these (apps.core.handler): the key decides who is calling, so sessions, CSRF,
+# locale, messages, allauth, htmx, CSP and static files have nothing to do for them.
+# The same classes, in the same order as above; the response headers stay the same.
+RETASC_API_KEY_MIDDLEWARE = [
+    "apps.core.clientip.UntrustedForwardedHeaders",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 
 # --- HTTPS: on when the public URL is https (`manage.py check --deploy` is then clean) --
 # TLS usually ends at a proxy: it says so with X-Forwarded-Proto, believed only from
