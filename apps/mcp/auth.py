@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 
-from asgiref.sync import sync_to_async
 from mcp.server.auth.provider import AccessToken
 from pydantic import PrivateAttr
 
 from apps.core.errors import ServiceError
 from apps.core.metrics import refusals
-from apps.mcp.db import database_turn
+from apps.mcp.db import database_turn, in_thread
 from apps.orgs.actor import Actor
 from apps.orgs.services import UNAUTHORIZED, agent_key_authenticate
 
@@ -63,7 +62,7 @@ class AgentKeyVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         if self.anonymous_discovery and token == ANONYMOUS_BEARER:
             return AccessToken(token=token, client_id="anonymous", scopes=[])
-        return await sync_to_async(_authenticate, thread_sensitive=False)(token)
+        return await in_thread(_authenticate, token)
 
 
 def unauthorized_body() -> bytes:
