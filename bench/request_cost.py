@@ -168,7 +168,11 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
     errors = []
 
     def per_request(name, requests, spent, seconds):
-        cells[name] = {"requests": requests, "cpu_ms_per_request": round(spent * 1000 / requests, 2), "seconds": round(seconds, 2)}
+        cells[name] = {
+            "requests": requests,
+            "cpu_ms_per_request": round(spent * 1000 / requests, 2),
+            "seconds": round(seconds, 2),
+        }
 
     # MCP ping and tools/list: n requests spread over the agents.
     each = o.requests // len(keys)

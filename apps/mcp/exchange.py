@@ -147,9 +147,7 @@ class SingleExchange:
             if isinstance(message, JSONRPCNotification):
                 context = _ExchangeContext(None, ServerMessageMetadata(request_context=request, can_send_request=False))
                 try:
-                    await ServerRunner(self.server, connection, lifespan_state).on_notify(
-                        context, message.method, message.params
-                    )
+                    await ServerRunner(self.server, connection, lifespan_state).on_notify(context, message.method, message.params)
                 finally:
                     await aclose_shielded(connection)
             return None
@@ -192,4 +190,3 @@ async def _send(send, status: int, body: bytes) -> None:
 async def _error(send, message: str, status: HTTPStatus, code: int = INVALID_REQUEST) -> None:
     error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
     await _send(send, status, error.model_dump_json(by_alias=True, exclude_unset=True).encode())
-

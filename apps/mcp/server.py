@@ -117,5 +117,6 @@ def build_app(server: MCPServer):
         max_request_body_size=settings.RETASC_MCP_MAX_BODY_BYTES,
         transport_security=transport_security(),
     )
-    exchange.install(server.session_manager)
+    if settings.RETASC_MCP_SINGLE_EXCHANGE:
+        exchange.install(server.session_manager)
     return app

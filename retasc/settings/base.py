@@ -308,6 +308,10 @@ RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", RETASC_MAX_BODY
 # Test instances only: answer initialize / ping / tools/list without a key (every tool
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
+# Handshake-era POSTs to the stateless /mcp answered one exchange each through the SDK's
+# handler kernel (apps.mcp.exchange); false sends them through the SDK's per-request
+# transport instead (the same answers, at more CPU per request: docs/benchmarks.md).
+RETASC_MCP_SINGLE_EXCHANGE = env_bool("RETASC_MCP_SINGLE_EXCHANGE", True)
 # MCP authorization (OAuth 2.1) for clients that cannot paste a bearer key. OAuth needs an
 # https public URL (or a loopback one); on a plain-http public host it stays off.
 RETASC_MCP_OAUTH = env_bool("RETASC_MCP_OAUTH", True)
