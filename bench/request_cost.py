@@ -12,7 +12,10 @@ the requests it served:
 * ``http_whoami``: ``GET /api/v1/whoami`` (Django, DRF, the key check, the throttle and
   a small answer: the floor of an API request);
 * ``mcp_pair`` / ``http_pair``: ``next_issue`` then ``save_issue status=done`` with the
-  claim token (a claim + finish, two requests), ``--agents`` concurrent agents.
+  claim token (a claim + finish, two requests), ``--agents`` concurrent agents. With
+  ``--profile`` (and py-spy installed), ``py-spy --gil`` samples the server during these
+  cells and each sample is counted as taken under the operation, under the key check,
+  or around them (server, framework, SDK, thread hops).
 
 The MCP client is the SDK's own (legacy handshake, as the work-loop bench), so what the
 server does per request is what a real agent makes it do.
@@ -154,6 +157,51 @@ async def mcp_clients(url: str, keys: list[str], body):
     return time.monotonic() - times["t0"]
 
 
+# Where a sample was taken: under the operation, under the key check, or around them.
+SPLIT = {
+    "mcp_pair": (["run_operation (apps/mcp/tools.py"], ["_authenticate (apps/mcp/auth.py", "actor_from_token"]),
+    "http_pair": (["_handler.<locals>.handle (apps/api/views.py"], ["BearerKeyAuthentication.authenticate"]),
+}
+
+
+def spy(pid: int, out: str):
+    """``py-spy`` (not a dependency: pip install it to profile) on the server, or None."""
+    exe = Path(sys.executable).with_name("py-spy")
+    if not exe.exists():
+        return None
+    cmd = [str(exe), "record", "-p", str(pid), "-r", "200", "--threads", "--gil", "--format", "raw", "-o", out, "--nonblocking"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def split(path: str, cell: str) -> dict:
+    operation, key_check = SPLIT[cell]
+    counts = {"operation": 0, "key_check": 0, "around": 0}
+    for line in Path(path).read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        kind = (
+            "key_check" if any(m in stack for m in key_check) else "operation" if any(m in stack for m in operation) else "around"
+        )
+        counts[kind] += int(n)
+    total = sum(counts.values()) or 1
+    return {k: f"{100 * v / total:.1f}%" for k, v in counts.items()} | {"samples": total}
+
+
+def profiled(pid: int, cell: str, o, fn):
+    """Run ``fn``, with py-spy on the server when --profile asks for it."""
+    if not o.profile:
+        return fn(), None
+    out = os.path.join(tempfile.mkdtemp(prefix="retasc-spy-"), f"{cell}.txt")
+    proc = spy(pid, out)
+    if proc is None:
+        return fn(), "py-spy not installed"
+    try:
+        result = fn()
+    finally:
+        proc.send_signal(2)  # SIGINT: py-spy writes its samples and exits
+        proc.wait(60)
+    return result, split(out, cell) if os.path.exists(out) else "no samples"
+
+
 def measured(pid: int, fn):
     c0 = cpu_seconds(pid)
     result = fn()
@@ -241,13 +289,15 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
             c0[0] = cpu_seconds(pid)
         await mcp_pairs(client, i)
 
-    seconds = asyncio.run(mcp_clients(url, keys, mcp_wrapped))
+    seconds, profile = profiled(pid, "mcp_pair", o, lambda: asyncio.run(mcp_clients(url, keys, mcp_wrapped)))
     pairs = per_agent * len(keys)
     cells["mcp_pair"] = {
         "pairs": pairs,
         "cpu_ms_per_pair": round((cpu_seconds(pid) - c0[0]) * 1000 / pairs, 2),
         "seconds": round(seconds, 2),
     }
+    if profile:
+        cells["mcp_pair"]["profile"] = profile
 
     async def http_pairs():
         limits = httpx2.Limits(max_connections=len(keys) + 4, max_keepalive_connections=len(keys) + 4)
@@ -275,8 +325,10 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
             await asyncio.gather(*(one(k) for k in keys))
             return time.monotonic() - t0
 
-    spent, seconds = measured(pid, lambda: asyncio.run(http_pairs()))
+    (spent, seconds), profile = profiled(pid, "http_pair", o, lambda: measured(pid, lambda: asyncio.run(http_pairs())))
     cells["http_pair"] = {"pairs": pairs, "cpu_ms_per_pair": round(spent * 1000 / pairs, 2), "seconds": round(seconds, 2)}
+    if profile:
+        cells["http_pair"]["profile"] = profile
     cells["errors"] = errors[:10]
     cells["error_count"] = len(errors)
     return cells
@@ -306,6 +358,7 @@ def main() -> int:
     p.add_argument("--agents", type=int, default=8)
     p.add_argument("--requests", type=int, default=800, help="ping, tools/list and whoami requests per cell")
     p.add_argument("--pairs", type=int, default=400, help="claim + finish pairs per transport")
+    p.add_argument("--profile", action="store_true", help="py-spy --gil on the server during the pair cells (if installed)")
     p.add_argument("--json-out")
     o = p.parse_args()
     print_header("Server CPU per request (one Daphne, PostgreSQL)")
