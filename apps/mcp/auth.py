@@ -1,7 +1,10 @@
 """Bearer agent keys on /mcp: the SDK's token verifier, and one UNAUTHORIZED answer.
 
 - ``AgentKeyVerifier.verify_token`` checks a key with ``agent_key_authenticate`` (ORM, so
-  in a thread). Any failure is ``None``: the SDK then answers HTTP 401.
+  in a thread). Any failure is ``None``: the SDK then answers HTTP 401. The token it
+  returns carries the Actor it built (``AgentAccessToken.actor``): the tool call of the
+  same HTTP request uses it instead of checking the key a second time, as an API view
+  uses the Actor its authentication class built.
 - ``UnauthorizedAsJSON`` (ASGI) rewrites that 401's body into the same refusal every
   interface gives, ``{"code": "UNAUTHORIZED", "message": ...}``, keeping the
   ``WWW-Authenticate: Bearer`` header (which, with OAuth on, names the protected-resource
@@ -17,15 +20,26 @@ from __future__ import annotations
 
 import json
 
-from asgiref.sync import sync_to_async
 from mcp.server.auth.provider import AccessToken
+from pydantic import PrivateAttr
 
 from apps.core.errors import ServiceError
 from apps.core.metrics import refusals
-from apps.mcp.db import database_turn
+from apps.mcp.db import database_turn, in_thread
+from apps.orgs.actor import Actor
 from apps.orgs.services import UNAUTHORIZED, agent_key_authenticate
 
 ANONYMOUS_BEARER = "retasc-anonymous-discovery"
+
+
+class AgentAccessToken(AccessToken):
+    """The SDK's access token, with the Actor the key check of this request built."""
+
+    _actor: Actor | None = PrivateAttr(default=None)
+
+    @property
+    def actor(self) -> Actor | None:
+        return self._actor
 
 
 def _authenticate(raw: str) -> AccessToken | None:
@@ -34,7 +48,9 @@ def _authenticate(raw: str) -> AccessToken | None:
             actor = agent_key_authenticate(raw)
     except ServiceError:
         return None
-    return AccessToken(token=raw, client_id=actor.key.prefix, subject=str(actor.principal_id), scopes=[])
+    token = AgentAccessToken(token=raw, client_id=actor.key.prefix, subject=str(actor.principal_id), scopes=[])
+    token._actor = actor
+    return token
 
 
 class AgentKeyVerifier:
@@ -46,7 +62,7 @@ class AgentKeyVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         if self.anonymous_discovery and token == ANONYMOUS_BEARER:
             return AccessToken(token=token, client_id="anonymous", scopes=[])
-        return await sync_to_async(_authenticate, thread_sensitive=False)(token)
+        return await in_thread(_authenticate, token)
 
 
 def unauthorized_body() -> bytes:

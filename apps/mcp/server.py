@@ -25,6 +25,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.auth import ProtectedResourceMetadata
 
+from apps.mcp import exchange
 from apps.mcp.auth import AgentKeyVerifier
 from apps.mcp.oauth import RetascOAuthProvider
 from apps.mcp.tools import build_tools
@@ -107,11 +108,15 @@ def build_server() -> MCPServer:
 
 
 def build_app(server: MCPServer):
-    """The SDK's Starlette app for /mcp (creates ``server.session_manager``)."""
-    return server.streamable_http_app(
+    """The SDK's Starlette app for /mcp (creates ``server.session_manager``); its
+    handshake-era POSTs are served one exchange each (``apps.mcp.exchange``)."""
+    app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
         json_response=True,
         max_request_body_size=settings.RETASC_MCP_MAX_BODY_BYTES,
         transport_security=transport_security(),
     )
+    if settings.RETASC_MCP_SINGLE_EXCHANGE:
+        exchange.install(server.session_manager)
+    return app

@@ -25,7 +25,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import OperationalError
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.mcpserver.tools import Tool
@@ -33,7 +32,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 from apps.core.errors import ServiceError, invalid, unknown_argument
 from apps.core.metrics import refusals, tool_calls, tool_latency
-from apps.mcp.db import database_turn
+from apps.mcp.db import database_turn, in_thread
 from apps.orgs.actor import Actor
 from apps.orgs.services import UNAUTHORIZED, agent_key_authenticate
 from apps.tools import operations
@@ -202,11 +201,6 @@ ALIASES = {
     for name in ("save_comment", "list_comments", "save_attachment", "prepare_attachment_upload", "list_attachments")
 }
 
-# Tools that run on the event loop (auth and the operation go to a thread through
-# sync_to_async); all others are plain functions the SDK runs on anyio worker threads.
-# One async tool keeps both paths exercised (see tests/mcp: SIGTERM after both ran).
-ASYNC_TOOLS = {"whoami"}
-
 
 # --- one call -------------------------------------------------------------------------
 
@@ -219,13 +213,17 @@ def _result(payload: dict, *, error: bool = False) -> CallToolResult:
 def actor_from_token() -> Actor:
     """The Actor behind the bearer key this request was authenticated with.
 
-    Re-checked here (in the worker thread, at call time) rather than carried over from
-    the transport: a key revoked or a member suspended since the HTTP request began
-    stops working at once, and the Actor's rows are fresh.
+    The transport's key check (``apps.mcp.auth``) built it at the start of this same HTTP
+    request, as DRF's authentication does for an API view: the key is checked once per
+    request, not once more per tool call. A token without one (the anonymous discovery
+    placeholder) is checked here, and so answers UNAUTHORIZED.
     """
     token = get_access_token()
     if token is None:
         raise UNAUTHORIZED
+    actor = getattr(token, "actor", None)
+    if actor is not None:
+        return actor
     return agent_key_authenticate(token.token)
 
 
@@ -269,16 +267,11 @@ def _run(spec: Spec, arguments: dict) -> CallToolResult:
 
 
 def _tool_function(spec: Spec):
-    if spec.name in ASYNC_TOOLS:
-
-        async def tool(**arguments):
-            # thread_sensitive=False: a pool thread, not Django's single sync thread, so
-            # calls from many agents are not serialized behind one another.
-            return await sync_to_async(run_operation, thread_sensitive=False)(spec, arguments)
-    else:
-
-        def tool(**arguments):
-            return run_operation(spec, arguments)
+    async def tool(**arguments):
+        # The operation runs on the MCP threads (apps.mcp.db.in_thread): long-lived, not
+        # one per call, and many at once, so calls from many agents do not queue behind
+        # one another.
+        return await in_thread(run_operation, spec, arguments)
 
     tool.__name__ = spec.name
     tool.__doc__ = spec.description

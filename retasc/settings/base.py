@@ -102,6 +102,17 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "apps.dash.csp.ContentSecurityPolicyMiddleware",
 ]
+# /api/v1/ requests that carry an Authorization header (agent keys, personal tokens) and
+# no session cookie run
+# only these (apps.core.handler): the key decides who is calling, so sessions, CSRF,
+# locale, messages, allauth, htmx, CSP and static files have nothing to do for them.
+# The same classes, in the same order as above; the response headers stay the same.
+RETASC_API_KEY_MIDDLEWARE = [
+    "apps.core.clientip.UntrustedForwardedHeaders",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 
 # --- HTTPS: on when the public URL is https (`manage.py check --deploy` is then clean) --
 # TLS usually ends at a proxy: it says so with X-Forwarded-Proto, believed only from
@@ -297,6 +308,10 @@ RETASC_MCP_MAX_BODY_BYTES = env_int("RETASC_MCP_MAX_BODY_BYTES", RETASC_MAX_BODY
 # Test instances only: answer initialize / ping / tools/list without a key (every tool
 # call still needs one). Lets key-less protocol checkers (MCP conformance) run.
 RETASC_MCP_ANONYMOUS_DISCOVERY = env_bool("RETASC_MCP_ANONYMOUS_DISCOVERY", False)
+# Handshake-era POSTs to the stateless /mcp answered one exchange each through the SDK's
+# handler kernel (apps.mcp.exchange); false sends them through the SDK's per-request
+# transport instead (the same answers, at more CPU per request: docs/benchmarks.md).
+RETASC_MCP_SINGLE_EXCHANGE = env_bool("RETASC_MCP_SINGLE_EXCHANGE", True)
 # MCP authorization (OAuth 2.1) for clients that cannot paste a bearer key. OAuth needs an
 # https public URL (or a loopback one); on a plain-http public host it stays off.
 RETASC_MCP_OAUTH = env_bool("RETASC_MCP_OAUTH", True)
