@@ -635,7 +635,9 @@ async def scaled_cells(o, inst, keys, procs, servers, agents, pgbench, raw_paire
 
     rows: list = []
     workroot = Path(tempfile.mkdtemp(prefix="retasc-bench-scaled-"))
-    order = [(r, srv, n) for r in range(o.rounds) for srv in servers for n in (procs if r % 2 == 0 else procs[::-1])]
+    # ABC then CBA: a drift of the shared machine over the run does not favour one deployment.
+    order = [(r, srv, n) for r in range(o.rounds) for srv in servers for n in procs]
+    order = [cell for r in range(o.rounds) for cell in (order if r % 2 == 0 else order[::-1]) if cell[0] == r]
     for r, srv, n in order:
         dep = Deployment(inst, n, server=srv, redis_url=o.redis_url, pool_size=o.pool_size, workdir=workroot / f"{srv}-{n}-{r}")
         t0 = time.monotonic()
@@ -692,16 +694,17 @@ def scaled_summary(rows: list) -> list[str]:
     for row in rows:
         groups.setdefault((row["server"], row["processes"], row["transport"], row["agents"]), []).append(row)
 
-    def mean(vals):
+    def mean(vals, digits=1):
         vals = [v for v in vals if v is not None]
-        return round(sum(vals) / len(vals), 1) if vals else None
+        return round(sum(vals) / len(vals), digits) if vals else None
 
     out = []
     for (srv, n, transport, a), cells in sorted(groups.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][0], kv[0][1])):
         ratio = mean([100 * c["ratio_vs_pgbench"] for c in cells if c.get("ratio_vs_pgbench")])
         secs = [c["cpu_s"]["seconds"] for c in cells]
         per_core = {
-            k: mean([c["cpu_s"][k] / s for c, s in zip(cells, secs, strict=True)]) for k in ("web", "postgres", "nginx", "client")
+            k: mean([c["cpu_s"][k] / s for c, s in zip(cells, secs, strict=True)], 2)
+            for k in ("web", "postgres", "nginx", "client")
         }
         out.append(
             f"{transport.upper()} {a} agents, {n} x {srv}: {mean([c['claims_per_s'] for c in cells])} pairs/s"
