@@ -12,8 +12,8 @@ through nginx. Each cell records, beside claims/s and ``next_issue`` latency:
   machine was saturated;
 * CPU per claim + finish: the web processes' CPU over the pairs finished;
 * what the database sessions were doing (``pg_stat_activity`` sampled twice a second):
-  waiting on the project's claim lock, idle in a transaction (the server between two
-  statements), running, or idle;
+  waiting on the project's claim lock, on the org's rank refresh lock or on a row, idle
+  in a transaction (the server between two statements), running, or idle;
 * resident memory of each web process (VmRSS after the cell, VmHWM over the run).
 
 Deployments are started per (round, server, N) and stopped after their cells; rounds go
@@ -112,12 +112,16 @@ async def pg_wait_sampler(db_url: str, stop: asyncio.Event, every: float = 0.5) 
     async with await psycopg.AsyncConnection.connect(db_url.replace("postgres://", "postgresql://"), autocommit=True) as conn:
         while not stop.is_set():
             cur = await conn.execute(
-                "SELECT coalesce(wait_event_type, '') || ':' || coalesce(wait_event, ''), state"
+                "SELECT coalesce(wait_event_type, '') || ':' || coalesce(wait_event, ''), state, left(query, 60)"
                 " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 " AND backend_type = 'client backend'"
             )
-            for wait, state in await cur.fetchall():
-                if wait == "Lock:advisory":
+            for wait, state, query in await cur.fetchall():
+                # Two advisory locks: 7302 is a project's claim lock (apps.leases), 7301 an
+                # org's rank refresh (apps.issues.ranking); the statement names its key.
+                if wait == "Lock:advisory" and "7301" in query:
+                    counts["waiting on the org's rank refresh lock"] += 1
+                elif wait == "Lock:advisory":
                     counts["waiting on the project's claim lock"] += 1
                 elif wait.startswith("Lock:"):
                     counts[f"waiting on a row or transaction lock ({wait})"] += 1

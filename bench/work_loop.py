@@ -425,6 +425,7 @@ async def main_async(o) -> int:
     facts = print_header("Retasc work-loop benchmark")
     ns = _ints(o.agents) if o.single else []
     procs, servers, scaled_agents = _ints(o.processes), [x for x in o.servers.split(",") if x], _ints(o.scaled_agents)
+    scaled_projects = _ints(o.scaled_projects)
     projects16 = [f"P{k:02d}" for k in range(1, 17)]
     inst = new_instance("postgres", prefix="BENCH", db_prefix=o.db_prefix)
     report: dict = {"machine": facts, "sizes": vars(o), "cells": [], "scaled": []}
@@ -444,8 +445,14 @@ async def main_async(o) -> int:
         if procs:
             per_deployment = len(scaled_agents) * 2 * o.scaled_budget + 8 * max(procs)
             scaled_issues = int(o.rounds * len(servers) * len(procs) * per_deployment * 1.1)
-            sc = seed(inst, projects=["SCALE"], issues=scaled_issues, keys=max(scaled_agents), key_projects=["SCALE"])
-            scaled_keys = [k["key"] for k in sc["keys"]]
+            scaled_keys = {}
+            if 1 in scaled_projects:
+                sc = seed(inst, projects=["SCALE"], issues=scaled_issues, keys=max(scaled_agents), key_projects=["SCALE"])
+                scaled_keys[1] = [k["key"] for k in sc["keys"]]
+            if 16 in scaled_projects:
+                lanes = [f"S{k:02d}" for k in range(1, 17)]
+                sc = seed(inst, projects=lanes, issues=scaled_issues // 8, keys=max(scaled_agents), key_projects=lanes)
+                scaled_keys[16] = [k["key"] for k in sc["keys"]]
         seeds["seconds_total"] = round(time.monotonic() - t0, 1)
         report["seed"] = seeds
         print(
@@ -561,7 +568,9 @@ async def main_async(o) -> int:
             server = None
         report["profiles"] = profiles
         if procs:
-            report["scaled"] = await scaled_cells(o, inst, scaled_keys, procs, servers, scaled_agents, pgbench, raw_paired)
+            report["scaled"] = await scaled_cells(
+                o, inst, scaled_keys, procs, servers, scaled_agents, scaled_projects, pgbench, raw_paired
+            )
         report["db_checks"] = db_checks(inst.db_url)
         print("db checks: " + json.dumps(report["db_checks"]), flush=True)
     finally:
@@ -626,7 +635,7 @@ async def main_async(o) -> int:
 # --- N web processes behind nginx ---------------------------------------------------------
 
 
-async def scaled_cells(o, inst, keys, procs, servers, agents, pgbench, raw_paired) -> list:
+async def scaled_cells(o, inst, keys_by_projects, procs, servers, agents, projects, pgbench, raw_paired) -> list:
     """The single-project cells through nginx in front of N web processes (bench.processes)."""
     import tempfile
     from pathlib import Path
@@ -647,42 +656,43 @@ async def scaled_cells(o, inst, keys, procs, servers, agents, pgbench, raw_paire
             for cmd in dep.commands():
                 print(f"  ran: {cmd}", flush=True)
             # Untimed warm-up: each process imports and connects lazily on its first requests.
-            await run_http(dep.base, keys, 2 * n, 6 * n, 15)
-            await run_mcp(dep.base, keys, 2 * n, 6 * n, 15)
-            for a in agents:
-                for transport in ("http", "mcp"):
-                    pgb = raw = None
-                    if a <= 32:
-                        pgb = pgbench(a).get("claims_per_s")
-                        raw = await raw_paired(a)
-                    sampler, stop = dep.sampler(), asyncio.Event()
-                    waits = asyncio.create_task(pg_wait_sampler(inst.db_url, stop))
-                    runner = run_http if transport == "http" else run_mcp
-                    st = await runner(dep.base, keys, a, o.scaled_budget, o.scaled_seconds, on_start=sampler.start)
-                    cpu = sampler.stop()
-                    stop.set()
-                    row = {
-                        "transport": transport,
-                        "server": srv,
-                        "processes": n,
-                        "round": r + 1,
-                        "projects": 1,
-                        "agents": a,
-                        **summary(st),
-                        "cpu_s": cpu,
-                        "web_cpu_ms_per_pair": round(1000 * cpu["web"] / st.claims, 1) if st.claims else None,
-                        "pg_sessions": await waits,
-                        **dep.memory(),
-                        "loadavg": os.getloadavg()[0],
-                    }
-                    if pgb:
-                        row["pgbench_paired_claims_per_s"] = pgb
-                        row["ratio_vs_pgbench"] = round(row["claims_per_s"] / pgb, 4)
-                    if raw:
-                        row["raw_paired_claims_per_s"] = raw
-                        row["ratio_vs_raw"] = round(row["claims_per_s"] / raw, 3)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+            warm = keys_by_projects[projects[0]]
+            await run_http(dep.base, warm, 2 * n, 6 * n, 15)
+            await run_mcp(dep.base, warm, 2 * n, 6 * n, 15)
+            for a, nproj, transport in [(a, p, t) for a in agents for p in projects for t in ("http", "mcp")]:
+                keys = keys_by_projects[nproj]
+                pgb = raw = None
+                if a <= 32:
+                    pgb = pgbench(a).get("claims_per_s")
+                    raw = await raw_paired(a)
+                sampler, stop = dep.sampler(), asyncio.Event()
+                waits = asyncio.create_task(pg_wait_sampler(inst.db_url, stop))
+                runner = run_http if transport == "http" else run_mcp
+                st = await runner(dep.base, keys, a, o.scaled_budget, o.scaled_seconds, on_start=sampler.start)
+                cpu = sampler.stop()
+                stop.set()
+                row = {
+                    "transport": transport,
+                    "server": srv,
+                    "processes": n,
+                    "round": r + 1,
+                    "projects": nproj,
+                    "agents": a,
+                    **summary(st),
+                    "cpu_s": cpu,
+                    "web_cpu_ms_per_pair": round(1000 * cpu["web"] / st.claims, 1) if st.claims else None,
+                    "pg_sessions": await waits,
+                    **dep.memory(),
+                    "loadavg": os.getloadavg()[0],
+                }
+                if pgb:
+                    row["pgbench_paired_claims_per_s"] = pgb
+                    row["ratio_vs_pgbench"] = round(row["claims_per_s"] / pgb, 4)
+                if raw:
+                    row["raw_paired_claims_per_s"] = raw
+                    row["ratio_vs_raw"] = round(row["claims_per_s"] / raw, 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
         finally:
             dep.down()
     return rows
@@ -692,14 +702,16 @@ def scaled_summary(rows: list) -> list[str]:
     """One line per (server, processes, transport, agents), averaged over the rounds."""
     groups: dict = {}
     for row in rows:
-        groups.setdefault((row["server"], row["processes"], row["transport"], row["agents"]), []).append(row)
+        groups.setdefault((row["server"], row["processes"], row["transport"], row["agents"], row["projects"]), []).append(row)
 
     def mean(vals, digits=1):
         vals = [v for v in vals if v is not None]
         return round(sum(vals) / len(vals), digits) if vals else None
 
     out = []
-    for (srv, n, transport, a), cells in sorted(groups.items(), key=lambda kv: (kv[0][3], kv[0][2], kv[0][0], kv[0][1])):
+    for (srv, n, transport, a, nproj), cells in sorted(
+        groups.items(), key=lambda kv: (kv[0][4], kv[0][3], kv[0][2], kv[0][0], kv[0][1])
+    ):
         ratio = mean([100 * c["ratio_vs_pgbench"] for c in cells if c.get("ratio_vs_pgbench")])
         secs = [c["cpu_s"]["seconds"] for c in cells]
         per_core = {
@@ -707,7 +719,7 @@ def scaled_summary(rows: list) -> list[str]:
             for k in ("web", "postgres", "nginx", "client")
         }
         out.append(
-            f"{transport.upper()} {a} agents, {n} x {srv}: {mean([c['claims_per_s'] for c in cells])} pairs/s"
+            f"{transport.upper()} {a} agents, {nproj} project(s), {n} x {srv}: {mean([c['claims_per_s'] for c in cells])} pairs/s"
             f" ({', '.join(str(c['claims_per_s']) for c in cells)})"
             + (f", {ratio} % of pgbench" if ratio is not None else "")
             + f", next_issue p50/p95/p99 {mean([c['p50_ms'] for c in cells])}/{mean([c['p95_ms'] for c in cells])}"
@@ -773,6 +785,7 @@ def main() -> int:
     g.add_argument("--processes", default="", help="e.g. 1,2,3: run the scaled cells with that many web processes")
     g.add_argument("--servers", default="daphne", help="ASGI servers to compare, e.g. daphne,uvicorn")
     g.add_argument("--scaled-agents", default="32,128")
+    g.add_argument("--scaled-projects", default="1", help="1 and/or 16: agents on one project, or spread over 16")
     g.add_argument("--scaled-budget", type=int, default=1000)
     g.add_argument("--scaled-seconds", type=float, default=20)
     g.add_argument("--rounds", type=int, default=2, help="each round starts every deployment once (order 1,2,3 then 3,2,1)")
