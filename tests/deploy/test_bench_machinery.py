@@ -71,7 +71,7 @@ def test_the_pgbench_script_claims_and_finishes_each_issue_exactly_once(tworld):
     assert {(reason, k) for _, reason, k in claims} == {("finished", key.pk)}
     statuses = Counter(Issue.objects.filter(project=tworld.project).values_list("status", flat=True))
     assert statuses == {"done": 48, "todo": 12}
-    assert not Issue.objects.filter(project=tworld.project, lease_claim__isnull=False).exists()
+    assert not Issue.objects.filter(project=tworld.project, lease_claim_id__isnull=False).exists()
     # The pick's order: the 48 done are the first 48 in dispatch order (equal ranks here).
     done_numbers = sorted(Issue.objects.filter(project=tworld.project, status="done").values_list("number", flat=True))
     assert done_numbers == sorted(i.number for i in issues)[:48]
@@ -170,7 +170,13 @@ def test_three_web_processes_behind_nginx_finish_each_issue_once(tmp_path):
         workdir=tmp_path,
         port=free_port(),
         web_ports=[free_port() for _ in range(PROCESSES)],
-        extra_env={"RETASC_API_RATE": "100000/min", "RETASC_DB_POOL_SIZE": "4", "RETASC_LOG_LEVEL": "WARNING"},
+        # One key for all agents: its claim cap (live claims at once) above the agent count.
+        extra_env={
+            "RETASC_API_RATE": "100000/min",
+            "RETASC_CLAIM_CAP": "64",
+            "RETASC_DB_POOL_SIZE": "4",
+            "RETASC_LOG_LEVEL": "WARNING",
+        },
     )
     try:
         run.up(jobs=False)
