@@ -11,6 +11,12 @@ concurrency. Our claims/s are reported as a ratio of it.
 
     .venv/bin/python -m bench.work_loop            # full (20,000 ready issues)
     .venv/bin/python -m bench.work_loop --quick    # small sizes, a minute or two
+    .venv/bin/python -m bench.work_loop --no-single --processes 1,2,3   # nginx + N Daphne
+
+Beside the psycopg limit, a pgbench one (bench.pg_claim: the same claim + finish from
+pgbench's C client); the 32-agent cells are quoted as a share of a pgbench cell run just
+before them. ``--processes`` runs the single-project cells through nginx in front of N
+web processes (bench.processes, deploy/scaled.py).
 
 Double claims are counted twice: agent-reported (an identifier handed out twice) and in
 the database (issues with more than one claim row). Both must be 0.
