@@ -9,7 +9,7 @@ DEMO_EMAIL ?= owner@example.com
 PYTEST_ARGS ?=
 export RETASC_PUBLIC_URL ?= http://$(HOST):$(PORT)
 
-.PHONY: install run serve test test-postgres lint fmt migrations-check bench bench-quick bench-profile drills clean
+.PHONY: install run serve test test-postgres lint fmt migrations-check bench bench-quick bench-scaled bench-servers bench-profile drills clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,13 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python -m bench.work_loop --quick --agents 1,8,32 --no-embedded
+
+# N web processes behind nginx (needs nginx, pgbench and Redis: REDIS_URL or db 0).
+bench-scaled: install
+	$(BIN)/python -m bench.work_loop --no-single --processes 1,2,3 --scaled-agents 32,128 --rounds 2 --json-out var/bench-scaled.json
+
+bench-servers: install
+	$(BIN)/python -m bench.work_loop --no-single --processes 2 --servers daphne,uvicorn --scaled-agents 32 --rounds 2 --json-out var/bench-servers.json
 
 bench-profile: install
 	$(BIN)/python -m bench.profile_claim --cprofile 30

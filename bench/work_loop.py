@@ -11,6 +11,12 @@ concurrency. Our claims/s are reported as a ratio of it.
 
     .venv/bin/python -m bench.work_loop            # full (20,000 ready issues)
     .venv/bin/python -m bench.work_loop --quick    # small sizes, a minute or two
+    .venv/bin/python -m bench.work_loop --no-single --processes 1,2,3   # nginx + N Daphne
+
+Beside the psycopg limit, a pgbench one (bench.pg_claim: the same claim + finish from
+pgbench's C client); the 32-agent cells are quoted as a share of a pgbench cell run just
+before them. ``--processes`` runs the single-project cells through nginx in front of N
+web processes (bench.processes, deploy/scaled.py).
 
 Double claims are counted twice: agent-reported (an identifier handed out twice) and in
 the database (issues with more than one claim row). Both must be 0.
@@ -30,6 +36,7 @@ import zlib
 from collections import Counter
 from hashlib import sha256
 
+from bench import pg_claim
 from bench.common import (
     ROOT,
     ms,
@@ -94,12 +101,14 @@ async def http_agent(client, base: str, key: str, st: Stats, finish: bool = True
                 st.errors[f"done:{r.status_code}:{r.text[:80]}"] += 1
 
 
-async def run_http(base: str, keys: list[str], n: int, budget: int, seconds: float) -> Stats:
+async def run_http(base: str, keys: list[str], n: int, budget: int, seconds: float, on_start=None) -> Stats:
     import httpx2
 
     st = Stats(budget, time.monotonic() + seconds)
     limits = httpx2.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), limits=limits) as client:
+        if on_start:
+            on_start()
         t0 = time.monotonic()
         await asyncio.gather(*(http_agent(client, base, keys[i % len(keys)], st) for i in range(n)))
         st.elapsed = time.monotonic() - t0
@@ -151,7 +160,7 @@ async def mcp_agent(url: str, key: str, st: Stats, ready: asyncio.Event, started
                     st.errors[f"done:{_payload(res).get('code')}"] += 1
 
 
-async def run_mcp(base: str, keys: list[str], n: int, budget: int, seconds: float) -> Stats:
+async def run_mcp(base: str, keys: list[str], n: int, budget: int, seconds: float, on_start=None) -> Stats:
     st = Stats(budget, float("inf"))
     ready, started = asyncio.Event(), []
     tasks = [asyncio.create_task(mcp_agent(f"{base}/mcp", keys[i % len(keys)], st, ready, started)) for i in range(n)]
@@ -159,6 +168,8 @@ async def run_mcp(base: str, keys: list[str], n: int, budget: int, seconds: floa
     while len(started) < n and time.monotonic() < t_wait and not any(t.done() for t in tasks):
         await asyncio.sleep(0.05)
     st.deadline = time.monotonic() + seconds  # the clock starts once every session is open
+    if on_start:
+        on_start()
     t0 = time.monotonic()
     ready.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -412,43 +423,85 @@ def cpu_split(path: str) -> dict:
     return {k: round(100 * v / total, 1) for k, v in split.most_common()} if total else {}
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 async def main_async(o) -> int:
     facts = print_header("Retasc work-loop benchmark")
-    ns = [int(x) for x in o.agents.split(",")]
+    ns = _ints(o.agents) if o.single else []
+    procs, servers, scaled_agents = _ints(o.processes), [x for x in o.servers.split(",") if x], _ints(o.scaled_agents)
+    scaled_projects = _ints(o.scaled_projects)
     projects16 = [f"P{k:02d}" for k in range(1, 17)]
-    inst = new_instance("postgres", prefix="BENCH")
-    report: dict = {"machine": facts, "sizes": vars(o), "cells": []}
+    inst = new_instance("postgres", prefix="BENCH", db_prefix=o.db_prefix)
+    report: dict = {"machine": facts, "sizes": vars(o), "cells": [], "scaled": []}
     server = None
     try:
         t0 = time.monotonic()
-        s1 = seed(inst, projects=["BENCH"], issues=o.issues, keys=max(ns), key_projects=["BENCH"])
-        s16 = seed(inst, projects=projects16, issues=max(1, o.issues // 16), keys=max(ns), key_projects=projects16)
+        seeds = {}
+        if ns:
+            s1 = seed(inst, projects=["BENCH"], issues=o.issues, keys=max(ns), key_projects=["BENCH"])
+            s16 = seed(inst, projects=projects16, issues=max(1, o.issues // 16), keys=max(ns), key_projects=projects16)
+            seeds["single"], seeds["sixteen_total_issues"] = s1["projects"], sum(p["issues"] for p in s16["projects"].values())
+            keys1, keys16 = [k["key"] for k in s1["keys"]], [k["key"] for k in s16["keys"]]
         seed(inst, projects=["RAW"], issues=o.raw_issues, keys=1, key_projects=["RAW"])
-        report["seed"] = {
-            "single": s1["projects"],
-            "seconds_total": round(time.monotonic() - t0, 1),
-            "sixteen_total_issues": sum(p["issues"] for p in s16["projects"].values()),
-        }
+        # pgbench recycles its project after each cell: a fixed backlog is enough.
+        seed(inst, projects=["PGB"], issues=o.pgbench_pairs * 5 // 4, keys=1, key_projects=["PGB"])
+        scaled_issues = 0
+        if procs:
+            per_deployment = len(scaled_agents) * 2 * o.scaled_budget + 8 * max(procs)
+            scaled_issues = int(o.rounds * len(servers) * len(procs) * per_deployment * 1.1)
+            scaled_keys = {}
+            if 1 in scaled_projects:
+                sc = seed(inst, projects=["SCALE"], issues=scaled_issues, keys=max(scaled_agents), key_projects=["SCALE"])
+                scaled_keys[1] = [k["key"] for k in sc["keys"]]
+            if 16 in scaled_projects:
+                lanes = [f"S{k:02d}" for k in range(1, 17)]
+                sc = seed(inst, projects=lanes, issues=scaled_issues // 8, keys=max(scaled_agents), key_projects=lanes)
+                scaled_keys[16] = [k["key"] for k in sc["keys"]]
+        seeds["seconds_total"] = round(time.monotonic() - t0, 1)
+        report["seed"] = seeds
         print(
-            f"seeded {o.issues} ready issues in BENCH, {o.issues // 16} x 16 in P01..P16, {o.raw_issues} in RAW "
-            f"in {report['seed']['seconds_total']} s",
+            f"seeded {o.issues if ns else 0} ready issues in BENCH (and split over P01..P16), {o.raw_issues} in RAW, "
+            f"{o.pgbench_pairs * 5 // 4} in PGB, {scaled_issues} in SCALE in {seeds['seconds_total']} s",
             flush=True,
         )
-        keys1 = [k["key"] for k in s1["keys"]]
-        keys16 = [k["key"] for k in s16["keys"]]
 
         import psycopg
 
-        with psycopg.connect(inst.db_url.replace("postgres://", "postgresql://")) as conn:
-            raw_project, raw_org = conn.execute("SELECT id, org_id FROM orgs_project WHERE prefix='RAW'").fetchone()
-            raw_key, raw_user = conn.execute(
-                "SELECT id, user_id FROM orgs_agentkey WHERE project_id=%s LIMIT 1", [raw_project]
-            ).fetchone()
+        def ids(prefix):
+            with psycopg.connect(inst.db_url.replace("postgres://", "postgresql://")) as conn:
+                project, org = conn.execute("SELECT id, org_id FROM orgs_project WHERE prefix=%s", [prefix]).fetchone()
+                key, user = conn.execute(
+                    "SELECT id, user_id FROM orgs_agentkey WHERE project_id=%s LIMIT 1", [project]
+                ).fetchone()
+            return project, org, key, user
 
-        server = start_daphne(inst)
-        print(f"daphne pid {server.pid} on {server.base}", flush=True)
-        # raw-SQL limit first (it does not touch the server)
+        raw_project, raw_org, raw_key, raw_user = ids("RAW")
+        pgb_project, pgb_org, pgb_key, pgb_user = ids("PGB")
+        pgb_target = pg_claim.Target(inst.db_url, pgb_project, str(pgb_org), pgb_key, pgb_user)
+        printed = []
+
+        def pgbench(clients: int) -> dict:
+            row = pg_claim.run_cell(pgb_target, clients, max(1, o.pgbench_pairs // clients))
+            if row.get("command") and not printed:
+                printed.append(1)
+                print("pgbench command: " + row["command"], flush=True)
+            return row
+
+        async def raw_paired(n: int) -> float:
+            rst = await run_raw(
+                inst.db_url, raw_project, raw_org, raw_key, raw_user, n, o.raw_budget, o.raw_seconds, True, o.raw_max_conns
+            )
+            return summary(rst)["claims_per_s"]
+
+        # The limits first: pgbench's C client, then psycopg (neither touches the server).
         raw = {}
+        for n in _ints(o.pgbench_clients):
+            row = pgbench(n)
+            raw[("pgbench", n)] = row.get("claims_per_s")
+            report["cells"].append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "command"}), flush=True)
         for n in ns:
             for finish in (False, True):
                 st = await run_raw(
@@ -465,32 +518,25 @@ async def main_async(o) -> int:
                 raw[(n, finish)] = row["claims_per_s"]
                 report["cells"].append(row)
                 print(json.dumps(row), flush=True)
+        if ns:
+            server = start_daphne(inst)
+            print(f"daphne pid {server.pid} on {server.base}", flush=True)
         profiles = {}
-        for label, keys in (("1 project", keys1), ("16 projects", keys16)):
+        for label, keys in (("1 project", keys1), ("16 projects", keys16)) if ns else ():
             for transport in ("http", "mcp"):
                 for n in ns:
                     spy = None
                     if o.profile and n == 32 and label == "1 project":
                         prof = os.path.join(inst.data_dir, f"pyspy-{transport}-32.txt")
                         spy = py_spy(server.pid, int(o.seconds), prof)
-                    paired = None
+                    paired = pgb_paired = None
                     if label == "1 project":
-                        # The raw-SQL limit again, right before this cell: the ratio compares
-                        # two measurements taken seconds apart, not minutes (a shared machine
-                        # drifts).
-                        rst = await run_raw(
-                            inst.db_url,
-                            raw_project,
-                            raw_org,
-                            raw_key,
-                            raw_user,
-                            n,
-                            o.raw_budget,
-                            o.raw_seconds,
-                            True,
-                            o.raw_max_conns,
-                        )
-                        paired = summary(rst)["claims_per_s"]
+                        # The limits again, right before this cell: the ratio compares
+                        # measurements taken seconds apart, not minutes (a shared machine
+                        # drifts). pgbench at 32 clients pairs the 32-agent cells.
+                        if n == 32 and o.pgbench_clients:
+                            pgb_paired = pgbench(n).get("claims_per_s")
+                        paired = await raw_paired(n)
                     runner = run_http if transport == "http" else run_mcp
                     st = await runner(server.base, keys, n, o.budget, o.seconds)
                     if spy:
@@ -513,23 +559,33 @@ async def main_async(o) -> int:
                     row["ratio_vs_raw_claim_only"] = (
                         round(row["claims_per_s"] / raw[(n, False)], 3) if raw.get((n, False)) else None
                     )
+                    if pgb_paired:
+                        row["pgbench_paired_claims_per_s"] = pgb_paired
+                        row["ratio_vs_pgbench"] = round(row["claims_per_s"] / pgb_paired, 4)
                     row["daphne_rss_mb"] = server.rss_mb()
                     report["cells"].append(row)
                     print(json.dumps(row), flush=True)
-        report["heartbeats_128"] = await run_heartbeats(server.base, keys1, max(ns), o.hb_seconds)
-        print("heartbeats: " + json.dumps(report["heartbeats_128"]), flush=True)
-        report["daphne_peak_rss_mb"] = server.peak_rss_mb()
+        if ns:
+            report["heartbeats_128"] = await run_heartbeats(server.base, keys1, max(ns), o.hb_seconds)
+            print("heartbeats: " + json.dumps(report["heartbeats_128"]), flush=True)
+            report["daphne_peak_rss_mb"] = server.peak_rss_mb()
+            print(f"daphne peak RSS (VmHWM): {report['daphne_peak_rss_mb']} MB", flush=True)
+            server.stop()
+            server = None
         report["profiles"] = profiles
+        if procs:
+            report["scaled"] = await scaled_cells(
+                o, inst, scaled_keys, procs, servers, scaled_agents, scaled_projects, pgbench, raw_paired
+            )
         report["db_checks"] = db_checks(inst.db_url)
         print("db checks: " + json.dumps(report["db_checks"]), flush=True)
-        print(f"daphne peak RSS (VmHWM): {report['daphne_peak_rss_mb']} MB", flush=True)
     finally:
         if server:
             server.stop()
         if not o.keep:
             inst.drop()
 
-    if o.embedded:
+    if o.embedded and o.single:
         report["embedded"] = await embedded(o)
 
     # verdicts
@@ -548,19 +604,138 @@ async def main_async(o) -> int:
     if m32:
         verdict["mcp_32_ratio"] = (m32["ratio_vs_raw"], TARGETS["mcp_ratio_32"], m32["ratio_vs_raw"] >= TARGETS["mcp_ratio_32"])
         verdict["mcp_32_p99_ms"] = (m32["p99_ms"], TARGETS["p99_ms_32"], m32["p99_ms"] < TARGETS["p99_ms_32"])
-    h128 = cell("http", max(ns))
+    h128 = cell("http", max(ns)) if ns else None
     if h128 and report.get("heartbeats_128"):
         x = report["heartbeats_128"]["per_s"] / max(h128["claims_per_s"], 0.001)
         verdict["heartbeats_vs_claims_128"] = (round(x, 2), TARGETS["heartbeat_x_claims"], x >= TARGETS["heartbeat_x_claims"])
-    dupes = report["db_checks"]["issues_with_more_than_one_claim"] + sum(c["agent_dupes"] for c in report["cells"])
+    dupes = (
+        report["db_checks"]["issues_with_more_than_one_claim"]
+        + sum(c.get("agent_dupes", 0) + c.get("db_doubles", 0) for c in report["cells"])
+        + sum(c.get("agent_dupes", 0) for c in report["scaled"])
+    )
+    errors = sum(sum(v for v in c.get("errors", {}).values() if isinstance(v, int)) for c in report["scaled"])
     verdict["double_claims"] = (dupes, 0, dupes == 0)
     report["verdict"] = verdict
     print("verdict (value, target, met): " + json.dumps(verdict), flush=True)
+    if h32 and m32 and h32.get("ratio_vs_pgbench") and m32.get("ratio_vs_pgbench"):
+        line = (
+            f"MCP/HTTP pairs/s at 32 agents = {100 * m32['ratio_vs_pgbench']:.1f} % / {100 * h32['ratio_vs_pgbench']:.1f} %"
+            f" of pgbench claim+finish in the same run (one Daphne: MCP {m32['claims_per_s']}/s beside pgbench"
+            f" {m32['pgbench_paired_claims_per_s']}/s, HTTP {h32['claims_per_s']}/s beside {h32['pgbench_paired_claims_per_s']}/s)"
+        )
+        report["pgbench_ratio_line"] = line
+        print(line, flush=True)
+    if report["scaled"]:
+        report["scaled_summary"] = scaled_summary(report["scaled"])
+        for line in report["scaled_summary"]:
+            print(line, flush=True)
+        print(f"scaled cells: {errors} request errors, {dupes} double claims", flush=True)
+    print(f"load average at the end: {os.getloadavg()}", flush=True)
     if o.json_out:
         os.makedirs(os.path.dirname(o.json_out) or ".", exist_ok=True)
         with open(o.json_out, "w") as f:
             json.dump(report, f, indent=1, default=str)
     return 0 if dupes == 0 else 1
+
+
+# --- N web processes behind nginx ---------------------------------------------------------
+
+
+async def scaled_cells(o, inst, keys_by_projects, procs, servers, agents, projects, pgbench, raw_paired) -> list:
+    """The single-project cells through nginx in front of N web processes (bench.processes)."""
+    import tempfile
+    from pathlib import Path
+
+    from bench.processes import Deployment, pg_wait_sampler
+
+    rows: list = []
+    workroot = Path(tempfile.mkdtemp(prefix="retasc-bench-scaled-"))
+    # ABC then CBA: a drift of the shared machine over the run does not favour one deployment.
+    order = [(r, srv, n) for r in range(o.rounds) for srv in servers for n in procs]
+    order = [cell for r in range(o.rounds) for cell in (order if r % 2 == 0 else order[::-1]) if cell[0] == r]
+    for r, srv, n in order:
+        dep = Deployment(inst, n, server=srv, redis_url=o.redis_url, pool_size=o.pool_size, workdir=workroot / f"{srv}-{n}-{r}")
+        t0 = time.monotonic()
+        try:
+            dep.up()
+            print(f"scaled: round {r + 1}, nginx on {dep.base} -> {n} x {srv} (up in {time.monotonic() - t0:.1f} s)", flush=True)
+            for cmd in dep.commands():
+                print(f"  ran: {cmd}", flush=True)
+            # Untimed warm-up: each process imports and connects lazily on its first requests.
+            warm = keys_by_projects[projects[0]]
+            await run_http(dep.base, warm, 2 * n, 6 * n, 15)
+            await run_mcp(dep.base, warm, 2 * n, 6 * n, 15)
+            for a, nproj, transport in [(a, p, t) for a in agents for p in projects for t in ("http", "mcp")]:
+                keys = keys_by_projects[nproj]
+                pgb = raw = None
+                if a <= 32:
+                    pgb = pgbench(a).get("claims_per_s")
+                    raw = await raw_paired(a)
+                sampler, stop = dep.sampler(), asyncio.Event()
+                waits = asyncio.create_task(pg_wait_sampler(inst.db_url, stop))
+                runner = run_http if transport == "http" else run_mcp
+                st = await runner(dep.base, keys, a, o.scaled_budget, o.scaled_seconds, on_start=sampler.start)
+                cpu = sampler.stop()
+                stop.set()
+                row = {
+                    "transport": transport,
+                    "server": srv,
+                    "processes": n,
+                    "round": r + 1,
+                    "projects": nproj,
+                    "agents": a,
+                    **summary(st),
+                    "cpu_s": cpu,
+                    "web_cpu_ms_per_pair": round(1000 * cpu["web"] / st.claims, 1) if st.claims else None,
+                    "pg_sessions": await waits,
+                    **dep.memory(),
+                    "loadavg": os.getloadavg()[0],
+                }
+                if pgb:
+                    row["pgbench_paired_claims_per_s"] = pgb
+                    row["ratio_vs_pgbench"] = round(row["claims_per_s"] / pgb, 4)
+                if raw:
+                    row["raw_paired_claims_per_s"] = raw
+                    row["ratio_vs_raw"] = round(row["claims_per_s"] / raw, 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        finally:
+            dep.down()
+    return rows
+
+
+def scaled_summary(rows: list) -> list[str]:
+    """One line per (server, processes, transport, agents), averaged over the rounds."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault((row["server"], row["processes"], row["transport"], row["agents"], row["projects"]), []).append(row)
+
+    def mean(vals, digits=1):
+        vals = [v for v in vals if v is not None]
+        return round(sum(vals) / len(vals), digits) if vals else None
+
+    out = []
+    for (srv, n, transport, a, nproj), cells in sorted(
+        groups.items(), key=lambda kv: (kv[0][4], kv[0][3], kv[0][2], kv[0][0], kv[0][1])
+    ):
+        ratio = mean([100 * c["ratio_vs_pgbench"] for c in cells if c.get("ratio_vs_pgbench")])
+        secs = [c["cpu_s"]["seconds"] for c in cells]
+        per_core = {
+            k: mean([c["cpu_s"][k] / s for c, s in zip(cells, secs, strict=True)], 2)
+            for k in ("web", "postgres", "nginx", "client")
+        }
+        out.append(
+            f"{transport.upper()} {a} agents, {nproj} project(s), {n} x {srv}: {mean([c['claims_per_s'] for c in cells])} pairs/s"
+            f" ({', '.join(str(c['claims_per_s']) for c in cells)})"
+            + (f", {ratio} % of pgbench" if ratio is not None else "")
+            + f", next_issue p50/p95/p99 {mean([c['p50_ms'] for c in cells])}/{mean([c['p95_ms'] for c in cells])}"
+            f"/{mean([c['p99_ms'] for c in cells])} ms, web CPU {mean([c['web_cpu_ms_per_pair'] for c in cells])} ms/pair;"
+            f" cores busy: web {per_core['web']}, postgres {per_core['postgres']}, nginx {per_core['nginx']},"
+            f" client {per_core['client']}, machine {mean([c['cpu_s']['machine_cores_busy'] for c in cells])} of {os.cpu_count()};"
+            f" peak RSS per process {max(max(c['web_peak_rss_mb'] or [0]) for c in cells)} MB;"
+            f" errors {sum(sum(v for v in c['errors'].values()) for c in cells)}, doubles {sum(c['agent_dupes'] for c in cells)}"
+        )
+    return out
 
 
 async def embedded(o) -> list:
@@ -602,11 +777,32 @@ def main() -> int:
     p.add_argument("--embedded-budget", type=int, default=300)
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True, help="py-spy the 32-agent cells")
     p.add_argument("--keep", action="store_true", help="keep the database")
+    p.add_argument("--db-prefix", default="retasc_bench", help="name prefix of the database this run creates (and drops)")
+    p.add_argument(
+        "--single",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the one-Daphne cells (--no-single: only the scaled ones)",
+    )
+    g = p.add_argument_group("pgbench claim + finish (bench/pgbench/claim_finish.sql)")
+    g.add_argument("--pgbench-clients", default="16,32", help="cells at the start; 32 also pairs each 32-agent cell ('' = none)")
+    g.add_argument("--pgbench-pairs", type=int, default=3200, help="claim + finish pairs per pgbench cell")
+    g = p.add_argument_group("N web processes behind nginx (deploy/scaled.py)")
+    g.add_argument("--processes", default="", help="e.g. 1,2,3: run the scaled cells with that many web processes")
+    g.add_argument("--servers", default="daphne", help="ASGI servers to compare, e.g. daphne,uvicorn")
+    g.add_argument("--scaled-agents", default="32,128")
+    g.add_argument("--scaled-projects", default="1", help="1 and/or 16: agents on one project, or spread over 16")
+    g.add_argument("--scaled-budget", type=int, default=1000)
+    g.add_argument("--scaled-seconds", type=float, default=20)
+    g.add_argument("--rounds", type=int, default=2, help="each round starts every deployment once (order 1,2,3 then 3,2,1)")
+    g.add_argument("--pool-size", type=int, default=12, help="RETASC_DB_POOL_SIZE of each web process")
+    g.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     p.add_argument("--json-out", default="")
     o = p.parse_args()
     if o.quick:
         o.issues, o.raw_issues, o.budget, o.seconds, o.raw_budget, o.raw_seconds = 2000, 4000, 150, 8, 200, 2
         o.hb_seconds, o.embedded_issues, o.embedded_budget = 4, 500, 60
+        o.pgbench_pairs, o.scaled_budget, o.scaled_seconds, o.rounds = 1280, 300, 10, 1
     sys.path.insert(0, str(ROOT))
     return asyncio.run(main_async(o))
 

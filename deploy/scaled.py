@@ -39,10 +39,35 @@ NGINX_SITE = ROOT / "deploy" / "nginx" / "retasc.conf"
 # --- what every deployment runs -------------------------------------------------------
 
 
-def web_command(host: str, port: int | str) -> list[str]:
-    """One Daphne process. ``--proxy-headers``: the client address and scheme come from
-    nginx's X-Forwarded-For / X-Forwarded-Proto (Daphne listens on loopback or a private
-    network only, so nothing else can set them)."""
+# The ASGI servers a web process can run. Daphne is the default, and the one the unit
+# files and compose.yaml run; uvicorn is measured beside it (docs/benchmarks.md).
+SERVERS = ("daphne", "uvicorn")
+
+
+def web_command(host: str, port: int | str, server: str = "daphne") -> list[str]:
+    """One web process. ``--proxy-headers``: the client address and scheme come from
+    nginx's X-Forwarded-For / X-Forwarded-Proto (the process listens on loopback or a
+    private network only, so nothing else can set them)."""
+    if server == "uvicorn":
+        # The same application; uvicorn trusts forwarded headers from 127.0.0.1 only (its
+        # default), logs no access lines (as Daphne without --access-log), and on SIGTERM
+        # waits up to 20 s for the requests in flight (apps.core.graceful's bound).
+        return [
+            "uvicorn",
+            "--proxy-headers",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--lifespan",
+            "off",
+            "--timeout-graceful-shutdown",
+            "20",
+            "retasc.asgi:application",
+        ]
+    if server != "daphne":
+        raise ValueError(f"unknown server {server!r} (one of {', '.join(SERVERS)})")
     return ["daphne", "--proxy-headers", "-b", host, "-p", str(port), "retasc.asgi:application"]
 
 
@@ -144,7 +169,7 @@ def resolve(argv: list[str]) -> list[str]:
     here = Path(sys.executable)
     if argv[0] == "python":
         return [sys.executable, *argv[1:]]
-    if argv[0] in ("daphne", "celery"):
+    if argv[0] in ("daphne", "uvicorn", "celery"):
         return [str(here.with_name(argv[0])), *argv[1:]]
     return argv
 
@@ -203,7 +228,8 @@ class Proc:
 class ScaledRun:
     """nginx + ``len(web_ports)`` Daphne processes + Celery worker + beat, on loopback.
 
-    ``extra_env`` adds tuning variables (lease TTL, job interval, pool size) to every role.
+    ``extra_env`` adds tuning variables (lease TTL, job interval, pool size) to every role;
+    ``server`` is the ASGI server of the web processes (``SERVERS``).
     """
 
     database_url: str
@@ -212,6 +238,7 @@ class ScaledRun:
     port: int
     web_ports: list[int]
     extra_env: dict[str, str] = field(default_factory=dict)
+    server: str = "daphne"
     procs: dict[str, Proc] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -258,7 +285,7 @@ class ScaledRun:
 
     def command(self, role: str, port: int | None = None) -> list[str]:
         if role == "web":
-            return web_command("127.0.0.1", port)
+            return web_command("127.0.0.1", port, self.server)
         if role == "worker":
             return worker_command()
         return beat_command(self.data_dir)
@@ -343,12 +370,17 @@ class ScaledRun:
                 raise RuntimeError(f"{base}/api/health did not answer 200 within {seconds} s:\n{proc.log()[-3000:]}")
             time.sleep(0.2)
 
-    def up(self) -> None:
-        """Setup, then every process; returns when nginx answers /api/health."""
-        self.setup()
+    def up(self, *, setup: bool = True, jobs: bool = True) -> None:
+        """Setup, then every process; returns when nginx answers /api/health.
+        ``setup=False`` skips migrate and collectstatic (already done on this database and
+        work directory); ``jobs=False`` starts no Celery worker and beat (the benchmark's
+        web processes, like its single Daphne, run without them)."""
+        if setup:
+            self.setup()
         webs = [self.start_web(port) for port in self.web_ports]
-        self.start_worker()
-        self.start_beat()
+        if jobs:
+            self.start_worker()
+            self.start_beat()
         for port, web in zip(self.web_ports, webs, strict=True):
             self.wait_healthy(f"http://127.0.0.1:{port}", web)
         self.wait_healthy(self.base, self.start_nginx())
@@ -383,12 +415,12 @@ def _up(o) -> int:
 
     workdir = Path(o.workdir) if o.workdir else Path(tempfile.mkdtemp(prefix="retasc-scaled-"))
     ports = [o.first_web_port + i for i in range(o.web)]
-    run = ScaledRun(o.database_url, o.redis_url, workdir, o.port, ports)
+    run = ScaledRun(o.database_url, o.redis_url, workdir, o.port, ports, server=o.server)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     try:
         run.up()
-        print(f"Retasc on {run.base} (nginx -> Daphne {', '.join(map(str, ports))}; Celery worker and beat)")
+        print(f"Retasc on {run.base} (nginx -> {o.server} {', '.join(map(str, ports))}; Celery worker and beat)")
         print(f"Logs: {workdir / 'logs'}. For manage.py, this environment (secrets are files):")
         for name, value in {**run.site_env(), **ROLE_ENV["setup"]}.items():
             print(f"  {name}={shlex.quote(value)}")
@@ -430,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--database-url", default=os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/retasc_scaled"))
     up.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/11"))
     up.add_argument("--port", type=int, default=8080, help="nginx's port on 127.0.0.1")
-    up.add_argument("--web", type=int, default=2, help="how many Daphne processes")
+    up.add_argument("--web", type=int, default=2, help="how many web processes")
+    up.add_argument("--server", choices=SERVERS, default="daphne", help="the ASGI server of the web processes")
     up.add_argument("--first-web-port", type=int, default=8001)
     up.add_argument("--workdir", help="data, secrets and logs (default: a new temporary directory)")
     site = sub.add_parser("nginx-site", help="print deploy/nginx/retasc.conf with other upstreams, listen address and paths")
