@@ -80,8 +80,16 @@ def project_rename(request, prefix: str):
 
 
 def _members_context(request) -> dict:
+    members = org_selectors.members_list(actor=request.actor, query=request.GET.get("q") or None)
+    mine = (request.user.email or "").strip().lower()
+    for m in members:
+        # "This is me" on a placeholder whose upstream address is the viewer's (verified:
+        # the Dash acts in an org only for a verified address); the service checks again.
+        m["claimable"] = bool(m.get("placeholder") and mine and (m.get("upstreamEmail") or "").strip().lower() == mine)
     return {
-        "members": org_selectors.members_list(actor=request.actor, query=request.GET.get("q") or None),
+        "members": members,
+        "has_claimable": any(m["claimable"] for m in members),
+        "merge_targets": [m for m in members if m["status"] == "active"] if request.actor.is_owner else [],
         "q": request.GET.get("q", ""),
         "usage": member_usage(actor=request.actor),
         "usage_days": USAGE_WINDOW.days,
@@ -105,6 +113,28 @@ def member_action(request, member_id: int, action: str):
     except ServiceError as exc:
         return page_with_error(request, "dash/members.html", _members_context(request), exc)
     messages.success(request, str(done) % {"email": result["email"]})
+    return redirect("dash:members")
+
+
+@require_POST
+@dash_view
+def member_claim(request, member_id: int):
+    try:
+        result = org_services.placeholder_claim(actor=request.actor, placeholder=str(member_id))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/members.html", _members_context(request), exc)
+    messages.success(request, _("Claimed: that history is yours now (%(email)s).") % {"email": result["email"]})
+    return redirect("dash:members")
+
+
+@require_POST
+@dash_view
+def member_merge(request, member_id: int):
+    try:
+        result = org_services.placeholder_merge(actor=request.actor, placeholder=str(member_id), into=field(request, "into"))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/members.html", _members_context(request), exc)
+    messages.success(request, _("Merged the placeholder into %(email)s.") % {"email": result["email"]})
     return redirect("dash:members")
 
 

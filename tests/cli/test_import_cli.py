@@ -1,0 +1,181 @@
+"""`retasc import` against a live Daphne: a beads file followed to the end (--json is the
+job's final shape), a Retasc export into a second org, the Linear key from the
+environment (never echoed or stored), Ctrl-C leaving the job running, and refusals that
+are one sentence and write nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from apps.issues.models import Issue
+from apps.orgs.models import Membership
+from apps.orgs.services import org_create
+from tests.conftest import new_issue
+
+pytestmark = pytest.mark.slow
+
+
+def beads_lines(n: int, *, prefix: str = "bd") -> str:
+    """A beads issues.jsonl: ``n`` issues, each blocked by the one before, labels, one
+    closed issue and an assignee who is not a member (a placeholder)."""
+    lines = []
+    for i in range(1, n + 1):
+        record = {
+            "id": f"{prefix}-{i}",
+            "title": f"Beads issue {i}",
+            "description": f"Body {i}",
+            "status": "closed" if i == 1 else "open",
+            "priority": i % 4,
+            "issue_type": "task",
+            "labels": ["imported", f"l{i % 3}"],
+            "assignee": "ada" if i == 2 else "",
+            "created_at": "2025-01-02T03:04:05Z",
+            "updated_at": "2025-01-03T03:04:05Z",
+        }
+        if i == 1:
+            record["closed_at"] = "2025-01-04T00:00:00Z"
+        if i > 1:
+            record["dependencies"] = [
+                {
+                    "issue_id": f"{prefix}-{i}",
+                    "depends_on_id": f"{prefix}-{i - 1}",
+                    "type": "blocks",
+                    "created_at": "2025-01-02T03:04:05Z",
+                }
+            ]
+        lines.append(json.dumps(record))
+    return "\n".join(lines) + "\n"
+
+
+def _jobs():
+    from apps.intake.models import ImportJob  # defer: the model comes with the imports pipeline
+
+    return ImportJob.objects
+
+
+def test_import_beads_file_follows_to_the_end(tworld, cli):
+    cli.sign_in_as(tworld.owner)
+    path = cli.folder / "issues.jsonl"
+    path.write_text(beads_lines(12))
+
+    job = cli.json("import", "file", str(path))
+    assert job["source"] == "beads" and job["status"] == "done", job
+    assert job["counts"]["issues"] == 12 and job["counts"]["errors"] == 0 and job["errors"] == []
+    assert job["done"] == job["total"] and job["finishedAt"] and job["summary"]
+    assert Issue.objects.filter(org=tworld.org).count() == 12
+
+    listed = cli.json("import", "list")["imports"]
+    assert [j["importId"] for j in listed] == [job["importId"]]
+    again = cli("import", "status", job["importId"], "--no-wait")
+    assert again.exit_code == 0 and f"Imported (beads, {job['importId']})" in again.stdout and "12 issues" in again.stdout
+
+    # Text mode: one line of counts; the summary; progress stays off a non-terminal stderr.
+    path2 = cli.folder / "more.jsonl"
+    path2.write_text(beads_lines(3, prefix="bx"))
+    shown = cli("import", "file", str(path2), "--source", "beads")
+    assert shown.exit_code == 0, shown.stderr
+    assert "Imported (beads," in shown.stdout and "3 issues" in shown.stdout
+    assert "Ctrl-C stops following" in shown.stderr
+
+
+def test_import_retasc_export_into_a_second_org(tworld, cli):
+    cli.sign_in_as(tworld.owner)
+    first = new_issue(tworld.a, "Round trip title", body="Round trip body")
+    assert cli("export", "--format", "json", "-o", "org.json").exit_code == 0
+    second = org_create(name="Acme Two", owner=tworld.owner)
+    job = cli.json("--org", second.slug, "import", "file", "org.json")
+    assert job["source"] == "retasc" and job["status"] == "done", job
+    copied = Issue.objects.get(org=second, number=first.number)
+    assert copied.title == "Round trip title" and copied.body == "Round trip body"
+
+
+def test_refusals_are_one_sentence_and_write_nothing(tworld, cli_factory):
+    owner, member = cli_factory(), cli_factory()
+    owner.sign_in_as(tworld.owner)
+    member.sign_in_as(tworld.member)
+    before = (Issue.objects.count(), _jobs().count(), Membership.objects.count())
+
+    bad = owner.folder / "broken.jsonl"
+    bad.write_text('{"id": "bd-1", "title": "fine"}\n{"id": "bd-2", "title": \n')
+    refused = owner("import", "file", str(bad), "--source", "beads")
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr.startswith("Error: ") and "(INVALID_ARGUMENT)" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+    version = owner.folder / "future.json"
+    version.write_text(json.dumps({"format": "retasc-export", "version": 999, "issues": []}))
+    refused = owner("import", "file", str(version))
+    assert refused.exit_code == 1 and "(INVALID_ARGUMENT)" in refused.stderr, refused.stderr
+
+    unknown = owner.folder / "notes.txt"
+    unknown.write_text("just some notes\n")
+    refused = owner("import", "file", str(unknown))
+    assert refused.exit_code == 2
+    assert "neither a Retasc export (JSON) nor a beads issues.jsonl" in refused.stderr
+
+    missing = owner("import", "file", str(owner.folder / "nope.jsonl"))
+    assert missing.exit_code == 5 and "Cannot read" in missing.stderr
+
+    good = member.folder / "issues.jsonl"
+    good.write_text(beads_lines(2))
+    refused = member("import", "file", str(good))
+    assert refused.exit_code == 1 and "(FORBIDDEN)" in refused.stderr
+
+    no_key = owner("import", "linear", "--team", "ENG")  # not a terminal, LINEAR_API_KEY unset
+    assert no_key.exit_code == 1 and "Set LINEAR_API_KEY" in no_key.stderr
+    assert (Issue.objects.count(), _jobs().count(), Membership.objects.count()) == before
+
+
+def test_ctrl_c_stops_following_and_the_import_finishes(tworld, cli):
+    cli.sign_in_as(tworld.owner)
+    path = cli.folder / "big.jsonl"
+    path.write_text(beads_lines(1500))
+    proc = cli.popen("import", "file", str(path))
+    try:
+        line = proc.stderr.readline()
+        assert "started; Ctrl-C stops following" in line, line
+        import_id = line.split()[1]
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert f"import {import_id} keeps running on the server" in stderr
+    assert f"retasc import status {import_id}" in stderr
+    job = cli.json("import", "status", import_id)  # follows it again, to the end
+    assert job["status"] == "done" and job["counts"]["issues"] == 1500
+
+
+def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli_factory, tmp_path):
+    from tests.fakes.linear import FakeLinear  # defer: the fake comes with the Linear client
+    from tests.mcp.conftest import start_daphne
+
+    fake = FakeLinear.start()
+    server = start_daphne(tmp_path / "linear-daphne", RETASC_LINEAR_API_URL=fake.url)
+    try:
+        cli = cli_factory(server.base)
+        cli.sign_in_as(tworld.owner)
+        secret = fake.api_key
+        cli.env_extra["LINEAR_API_KEY"] = secret
+        result = cli("import", "linear", "--team", "ENG", "--json")
+        assert result.exit_code == 0, result.stderr
+        job = json.loads(result.stdout)
+        assert job["source"] == "linear" and job["status"] == "done" and job["counts"]["issues"] > 0
+        assert Issue.objects.filter(org=tworld.org, project__prefix="ENG").exists()
+        assert secret not in result.stdout + result.stderr
+        for stored in cli.config_home.rglob("*"):
+            if stored.is_file():
+                assert secret not in stored.read_text(errors="replace")
+        assert secret not in server.log()
+
+        # A wrong key: the job (or the start) fails and the exit code says so.
+        cli.env_extra["LINEAR_API_KEY"] = "lin_api_wrong"
+        failed = cli("import", "linear", "--team", "ENG")
+        assert failed.exit_code == 1, failed.output
+    finally:
+        server.stop()
+        fake.stop()

@@ -1,0 +1,137 @@
+"""The Imports page in a real browser (Playwright driving Debian's Chromium) against a live
+Daphne: a beads file uploaded and followed live to the end over the websocket (no reload),
+a bad file's one-sentence error with nothing written, and placeholder people on the
+members page: the mark, no keys offered, an owner's merge; a member's "This is me".
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.test import Client
+
+from apps.issues.models import Issue
+from apps.orgs.models import Membership
+from tests.cli.test_import_cli import beads_lines
+from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, start
+
+pytestmark = [pytest.mark.slow]
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+if sync_playwright is None:
+    pytestmark.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
+elif not CHROMIUM.exists():
+    pytestmark.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+
+
+def _jobs():
+    from apps.intake.models import ImportJob  # defer: the model comes with the imports pipeline
+
+    return ImportJob.objects
+
+
+@pytest.fixture
+def browser_for(tworld, tmp_path):
+    """``browser_for(user)`` gives a page signed in as ``user`` on one live server."""
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop runs on this thread
+    server = start(tmp_path)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+
+            def make(user):
+                client = Client()
+                client.force_login(user)
+                assert client.get("/org/members/").status_code == 200  # the session points at the org
+                context = browser.new_context(base_url=server.base, viewport={"width": 1400, "height": 900}, locale="en-US")
+                context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.base}])
+                page = context.new_page()
+                page.set_default_timeout(30_000)
+                page.on("dialog", lambda dialog: dialog.accept())  # data-confirm questions
+                return page
+
+            yield make
+            browser.close()
+    finally:
+        server.stop()
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def _upload(page, name: str, text: str, source: str):
+    page.goto("/org/imports/")
+    page.select_option("#file-form select[name=source]", source)
+    page.set_input_files("#file-form input[name=file]", {"name": name, "mimeType": "application/json", "buffer": text.encode()})
+    page.click("#file-form button[type=submit]")
+
+
+def test_file_import_finishes_live(tworld, browser_for):
+    page = browser_for(tworld.owner)
+    _upload(page, "issues.jsonl", beads_lines(1500), "beads")
+    page.wait_for_url("**/org/imports/*/")
+    live = page.locator("#import-live")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "on")
+    first = live.get_attribute("data-status")
+    page.evaluate("window.stayedOnPage = true")  # gone if the page reloaded
+    expect(live).to_have_attribute("data-status", "done")
+    assert page.evaluate("window.stayedOnPage") is True
+    assert first in ("queued", "running"), first  # it moved while the page watched
+    expect(live.locator("[data-count=issues]")).to_have_text("1500")
+    expect(live.locator("#import-summary")).to_be_visible()
+    assert Issue.objects.filter(org=tworld.org).count() == 1500
+
+    page.goto("/org/imports/")
+    expect(page.locator("#imports-table tbody tr")).to_have_count(1)
+    expect(page.locator("#imports-table .import-done")).to_be_visible()
+
+
+def test_bad_file_shows_one_sentence_and_writes_nothing(tworld, browser_for):
+    page = browser_for(tworld.owner)
+    before = (Issue.objects.count(), _jobs().count())
+    _upload(page, "broken.jsonl", '{"id": "bd-1", "title": "fine"}\n{"id": "bd-2", "title": \n', "beads")
+    expect(page.locator("#error")).to_contain_text("INVALID_ARGUMENT")
+    assert (Issue.objects.count(), _jobs().count()) == before
+    # The Linear key is never put back into a page, whatever the answer.
+    page.goto("/org/imports/")
+    page.fill("#linear-form input[name=api_key]", "lin_api_not_a_real_key")
+    page.fill("#linear-form input[name=teams]", "not a team!")
+    page.click("#linear-form button[type=submit]")
+    page.wait_for_load_state()
+    assert "lin_api_not_a_real_key" not in page.content()
+
+
+def test_placeholder_mark_merge_and_claim(tworld, browser_for):
+    from apps.orgs.services import placeholder_get_or_create
+
+    ada = placeholder_get_or_create(org=tworld.org, provider="linear", login="ada", name="Ada L", email=tworld.member.email)
+    bob = placeholder_get_or_create(org=tworld.org, provider="beads", login="bob")
+    owner = browser_for(tworld.owner)
+    owner.goto("/org/members/")
+    row = owner.locator(f"#members-table tr[data-member='{bob.user.email}']")
+    expect(row.locator(".placeholder-badge")).to_have_text("imported")
+    expect(row).to_contain_text("placeholder")
+    expect(row.get_by_role("button", name="Suspend")).to_have_count(0)
+    owner.goto("/org/keys/")  # never offered a key
+    assert bob.user.email not in owner.locator("select[name=member]").inner_html()
+
+    owner.goto("/org/members/")
+    row = owner.locator(f"#members-table tr[data-member='{bob.user.email}']")
+    row.locator("select[name=into]").select_option(label=tworld.owner.email)
+    row.get_by_role("button", name="Merge into…").click()
+    expect(owner.locator(".alert.success")).to_contain_text(f"Merged the placeholder into {tworld.owner.email}.")
+    assert not Membership.objects.filter(pk=bob.pk, status=Membership.Status.PLACEHOLDER).exists()
+
+    member = browser_for(tworld.member)
+    member.goto("/org/members/")
+    row = member.locator(f"#members-table tr[data-member='{ada.user.email}']")
+    row.get_by_role("button", name="This is me").click()
+    expect(member.locator(".alert.success")).to_contain_text("Claimed")
+    assert not Membership.objects.filter(pk=ada.pk, status=Membership.Status.PLACEHOLDER).exists()
