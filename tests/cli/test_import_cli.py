@@ -15,8 +15,6 @@ from apps.orgs.models import Membership
 from apps.orgs.services import org_create
 from tests.conftest import new_issue
 
-pytestmark = pytest.mark.slow
-
 
 def beads_lines(n: int, *, prefix: str = "bd") -> str:
     """A beads issues.jsonl: ``n`` issues, each blocked by the one before, labels, one
@@ -56,6 +54,7 @@ def _jobs():
     return ImportJob.objects
 
 
+@pytest.mark.slow
 def test_import_beads_file_follows_to_the_end(tworld, cli):
     cli.sign_in_as(tworld.owner)
     path = cli.folder / "issues.jsonl"
@@ -81,6 +80,7 @@ def test_import_beads_file_follows_to_the_end(tworld, cli):
     assert "Ctrl-C stops following" in shown.stderr
 
 
+@pytest.mark.slow
 def test_import_retasc_export_into_a_second_org(tworld, cli):
     cli.sign_in_as(tworld.owner)
     first = new_issue(tworld.a, "Round trip title", body="Round trip body")
@@ -92,6 +92,7 @@ def test_import_retasc_export_into_a_second_org(tworld, cli):
     assert copied.title == "Round trip title" and copied.body == "Round trip body"
 
 
+@pytest.mark.slow
 def test_refusals_are_one_sentence_and_write_nothing(tworld, cli_factory):
     owner, member = cli_factory(), cli_factory()
     owner.sign_in_as(tworld.owner)
@@ -129,6 +130,7 @@ def test_refusals_are_one_sentence_and_write_nothing(tworld, cli_factory):
     assert (Issue.objects.count(), _jobs().count(), Membership.objects.count()) == before
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_following_and_the_import_finishes(tworld, cli):
     cli.sign_in_as(tworld.owner)
     path = cli.folder / "big.jsonl"
@@ -150,6 +152,7 @@ def test_ctrl_c_stops_following_and_the_import_finishes(tworld, cli):
     assert job["status"] == "done" and job["counts"]["issues"] == 1500
 
 
+@pytest.mark.slow
 def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli_factory, tmp_path):
     from tests.fakes.linear import FakeLinear  # defer: the fake comes with the Linear client
     from tests.mcp.conftest import start_daphne
@@ -179,3 +182,28 @@ def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli_fact
     finally:
         server.stop()
         fake.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "source"),
+    [
+        ('{\n  "format": "retasc-export",\n  "version": 1,\n  "issues": []\n}\n', "retasc"),
+        ('{"format": "retasc-export", "version": 1, "issues": []}', "retasc"),
+        ('\ufeff{"id": "bd-1", "title": "One"}\n{"id": "bd-2", "title": "Two"}\n', "beads"),
+        ('\n\n{"id": "bd-1", "title": "One"}\n', "beads"),
+    ],
+)
+def test_detect_source(text, source, tmp_path):
+    from retasc.cli.imports import detect_source
+
+    assert detect_source(tmp_path / "f", text.encode()) == source
+
+
+@pytest.mark.parametrize("text", ["", "just notes\n", "[1, 2]\n", "<html></html>"])
+def test_detect_source_refuses_what_it_cannot_name(text, tmp_path):
+    from retasc.cli.errors import CliError
+    from retasc.cli.imports import detect_source
+
+    with pytest.raises(CliError) as refused:
+        detect_source(tmp_path / "f", text.encode())
+    assert refused.value.exit_code == 2 and "--source retasc or --source beads" in refused.value.message
