@@ -120,7 +120,8 @@ class BeadsSource:
                 updated_at=when(row.get("updated_at")),
                 closed_at=when(row.get("closed_at")),
                 acceptance=acceptance or None,
-                source_ref=(row.get("external_ref") or "")[:255],
+                source="beads",
+                source_ref=(row.get("external_ref") or row["id"])[:255],
             )
             if row.get("issue_type"):
                 rec.labels.append(str(row["issue_type"]))

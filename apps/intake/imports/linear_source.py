@@ -68,6 +68,7 @@ def issue_record(node: dict, people: dict) -> tuple[IssueRec, list[RelationRec],
         closed_at=when(node.get("completedAt") or node.get("canceledAt")),
         awaiting_triage=state == "triage",
         source="linear",
+        source_ref=node.get("url") or node.get("identifier") or "",
     )
     if status == "canceled":
         rec.cancel_reason = "Canceled in Linear." if state == "canceled" else "A duplicate in Linear."

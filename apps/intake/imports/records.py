@@ -36,7 +36,8 @@ class CommentRec:
     author: str | None  # Person.ext_id
     body: str
     created_at: datetime | None = None
-    reply_to: str | None = None  # the ext_id of the comment it answers
+    reply_to: str | None = None  # names the comment it answers (Retasc comments are flat)
+    runtime: str = "import"
     retracted_at: datetime | None = None
     retracted_by: str | None = None
     retract_note: str | None = None

@@ -112,6 +112,7 @@ class RetascSource:
                         retracted_at=when(c.get("retractedAt")),
                         retracted_by=who(c.get("retractedBy")),
                         retract_note=c.get("retractNote"),
+                        runtime=c.get("runtime") or "import",
                     )
                 )
             for a in i.get("attachments") or []:
