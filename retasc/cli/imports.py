@@ -75,7 +75,7 @@ def counts_line(job: dict) -> str:
 
 def follow(api, import_id: str, *, show_progress: bool) -> dict:
     """Poll the job until it is done or failed, drawing a bar on stderr when it is a
-    terminal. Ctrl-C stops following and says how to pick it up again."""
+    terminal."""
     progress = Progress(
         SpinnerColumn(),
         TextColumn("Importing"),
@@ -87,22 +87,23 @@ def follow(api, import_id: str, *, show_progress: bool) -> dict:
         transient=True,
         disable=not show_progress,
     )
-    try:
-        with progress:
-            task = progress.add_task("import", total=None, counts="queued")
-            while True:
-                job = api.get(f"/api/v1/imports/{import_id}")
-                progress.update(
-                    task, total=job.get("total"), completed=job.get("done") or 0, counts=f"{job['status']}: {counts_line(job)}"
-                )
-                if job["status"] in FINISHED:
-                    return job
-                time.sleep(POLL_SECONDS)
-    except KeyboardInterrupt:
-        err.print(
-            f"Stopped following; import {import_id} keeps running on the server. Follow it with: retasc import status {import_id}"
-        )
-        raise typer.Exit(130) from None
+    with progress:
+        task = progress.add_task("import", total=None, counts="queued")
+        while True:
+            job = api.get(f"/api/v1/imports/{import_id}")
+            progress.update(
+                task, total=job.get("total"), completed=job.get("done") or 0, counts=f"{job['status']}: {counts_line(job)}"
+            )
+            if job["status"] in FINISHED:
+                return job
+            time.sleep(POLL_SECONDS)
+
+
+def stopped_following(import_id: str) -> typer.Exit:
+    err.print(
+        f"Stopped following; import {import_id} keeps running on the server. Follow it with: retasc import status {import_id}"
+    )
+    return typer.Exit(130)
 
 
 def report(job: dict, *, as_json: bool) -> None:
@@ -131,9 +132,13 @@ def started(api, answer: dict, *, wait: bool, as_json: bool) -> None:
         else:
             out.print(f"Import {import_id} is {answer['status']}. Follow it with: retasc import status {import_id}")
         return
-    if not as_json:
-        err.print(f"Import {import_id} started; Ctrl-C stops following (the import keeps running).")
-    report(follow(api, import_id, show_progress=err.is_terminal), as_json=as_json)
+    try:
+        if not as_json:
+            err.print(f"Import {import_id} started; Ctrl-C stops following (the import keeps running).")
+        job = follow(api, import_id, show_progress=err.is_terminal)
+    except KeyboardInterrupt:
+        raise stopped_following(import_id) from None
+    report(job, as_json=as_json)
 
 
 WaitOpt = Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the import until it ends.")]
@@ -195,7 +200,10 @@ def import_status(
 ):
     """Follow one import until it ends (or show it at once with --no-wait)."""
     with state(ctx).api() as api:
-        job = follow(api, import_id, show_progress=err.is_terminal) if wait else api.get(f"/api/v1/imports/{import_id}")
+        try:
+            job = follow(api, import_id, show_progress=err.is_terminal) if wait else api.get(f"/api/v1/imports/{import_id}")
+        except KeyboardInterrupt:
+            raise stopped_following(import_id) from None
     report(job, as_json=as_json)
 
 

@@ -10,10 +10,13 @@ import signal
 
 import pytest
 
+from apps.intake.models import ImportJob
 from apps.issues.models import Issue
 from apps.orgs.models import Membership
 from apps.orgs.services import org_create
+from tests.cli.conftest import Cli, start_daphne
 from tests.conftest import new_issue
+from tests.fakes.linear import FakeLinear, LinearData
 
 
 def beads_lines(n: int, *, prefix: str = "bd") -> str:
@@ -49,9 +52,44 @@ def beads_lines(n: int, *, prefix: str = "bd") -> str:
 
 
 def _jobs():
-    from apps.intake.models import ImportJob  # defer: the model comes with the imports pipeline
-
     return ImportJob.objects
+
+
+@pytest.fixture(scope="module")
+def linear_fake():
+    fake = FakeLinear(LinearData.generate(teams=("ENG",), issues_per_team=30)).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def import_server(django_db_setup, linear_fake, tmp_path_factory):
+    """Imports run on the server's own thread (the embedded mode's runner), so the CLI
+    follows a job that is really in progress; Linear is the fake."""
+    server = start_daphne(
+        tmp_path_factory.mktemp("daphne-import"), RETASC_INPROCESS_JOBS="true", RETASC_LINEAR_API_URL=linear_fake.api_url
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cli_factory(import_server, tmp_path):
+    """Like the package's, on this module's server (no second Daphne)."""
+    made = iter(range(100))
+
+    def make(server: str | None = None) -> Cli:
+        n = next(made)
+        folder = tmp_path / f"repo{n}"
+        folder.mkdir()
+        return Cli(server=server or import_server.base, config_home=tmp_path / f"config{n}", folder=folder)
+
+    return make
+
+
+@pytest.fixture
+def cli(cli_factory):
+    return cli_factory()
 
 
 @pytest.mark.slow
@@ -134,7 +172,7 @@ def test_refusals_are_one_sentence_and_write_nothing(tworld, cli_factory):
 def test_ctrl_c_stops_following_and_the_import_finishes(tworld, cli):
     cli.sign_in_as(tworld.owner)
     path = cli.folder / "big.jsonl"
-    path.write_text(beads_lines(1500))
+    path.write_text(beads_lines(300))
     proc = cli.popen("import", "file", str(path))
     try:
         line = proc.stderr.readline()
@@ -149,39 +187,34 @@ def test_ctrl_c_stops_following_and_the_import_finishes(tworld, cli):
     assert f"import {import_id} keeps running on the server" in stderr
     assert f"retasc import status {import_id}" in stderr
     job = cli.json("import", "status", import_id)  # follows it again, to the end
-    assert job["status"] == "done" and job["counts"]["issues"] == 1500
+    assert job["status"] == "done" and job["counts"]["issues"] == 300
 
 
 @pytest.mark.slow
-def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli_factory, tmp_path):
-    from tests.fakes.linear import FakeLinear  # defer: the fake comes with the Linear client
-    from tests.mcp.conftest import start_daphne
+def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli, linear_fake, import_server):
+    cli.sign_in_as(tworld.owner)
+    secret = linear_fake.api_key
+    cli.env_extra["LINEAR_API_KEY"] = secret
+    result = cli("import", "linear", "--team", "eng", "--json")
+    assert result.exit_code == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["source"] == "linear" and job["status"] == "done" and job["counts"]["issues"] == 30, job
+    assert Issue.objects.filter(org=tworld.org, project__prefix="ENG").count() == 30
+    assert linear_fake.mutations == 0
+    assert secret not in result.stdout + result.stderr
+    for stored in cli.config_home.rglob("*"):
+        if stored.is_file():
+            assert secret not in stored.read_text(errors="replace")
+    assert secret not in import_server.log()
 
-    fake = FakeLinear.start()
-    server = start_daphne(tmp_path / "linear-daphne", RETASC_LINEAR_API_URL=fake.url)
-    try:
-        cli = cli_factory(server.base)
-        cli.sign_in_as(tworld.owner)
-        secret = fake.api_key
-        cli.env_extra["LINEAR_API_KEY"] = secret
-        result = cli("import", "linear", "--team", "ENG", "--json")
-        assert result.exit_code == 0, result.stderr
-        job = json.loads(result.stdout)
-        assert job["source"] == "linear" and job["status"] == "done" and job["counts"]["issues"] > 0
-        assert Issue.objects.filter(org=tworld.org, project__prefix="ENG").exists()
-        assert secret not in result.stdout + result.stderr
-        for stored in cli.config_home.rglob("*"):
-            if stored.is_file():
-                assert secret not in stored.read_text(errors="replace")
-        assert secret not in server.log()
-
-        # A wrong key: the job (or the start) fails and the exit code says so.
-        cli.env_extra["LINEAR_API_KEY"] = "lin_api_wrong"
-        failed = cli("import", "linear", "--team", "ENG")
-        assert failed.exit_code == 1, failed.output
-    finally:
-        server.stop()
-        fake.stop()
+    # A wrong key is refused up front in one sentence; nothing is written.
+    before = (Issue.objects.count(), _jobs().count())
+    cli.env_extra["LINEAR_API_KEY"] = "lin_api_wrong"
+    failed = cli("import", "linear", "--team", "ENG")
+    assert failed.exit_code == 1, failed.output
+    assert failed.stderr.startswith("Error: ") and len(failed.stderr.strip().splitlines()) == 1
+    assert "lin_api_wrong" not in failed.stderr
+    assert (Issue.objects.count(), _jobs().count()) == before
 
 
 @pytest.mark.parametrize(
