@@ -89,7 +89,8 @@ class LinearClient:
         if not api_key or not api_key.strip():
             raise LinearAuthError("A Linear API key is required.", status=401)
         headers = {"Authorization": api_key.strip(), "Content-Type": "application/json", "User-Agent": "retasc"}
-        self.http = httpx2.Client(base_url=(url or api_url()), headers=headers, timeout=TIMEOUT)
+        self.url = url or api_url()
+        self.http = httpx2.Client(headers=headers, timeout=TIMEOUT)
         self.sleep = sleep
         self.waited = 0.0
         self.requests = 0
@@ -110,7 +111,7 @@ class LinearClient:
         for _ in range(MAX_RATE_RETRIES + 1):
             self.requests += 1
             try:
-                response = self.http.post("", json={"query": query, "variables": variables or {}})
+                response = self.http.post(self.url, json={"query": query, "variables": variables or {}})
             except httpx2.HTTPError as exc:
                 raise ProviderError(f"Linear could not be reached for {what} ({type(exc).__name__}).") from None
             try:

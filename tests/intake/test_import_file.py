@@ -191,3 +191,19 @@ def test_imports_are_owner_only(world, unchanged):
         with pytest.raises(ServiceError) as refused:
             import_start(actor=world.b, source="beads", upload=b'{"id": "bd-1", "title": "x"}', launch=False)
     assert refused.value.code == "FORBIDDEN"
+
+
+def test_embedded_mode_runs_the_job_in_a_thread(tworld, settings):
+    import time
+
+    settings.RETASC_INPROCESS_JOBS = True
+    job = import_start(actor=tworld.a, source="beads", upload=(FIXTURES / "beads-issues.jsonl").read_bytes())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if job.status in ("done", "failed"):
+            break
+        time.sleep(0.1)
+    assert job.status == "done", job.summary
+    assert job.upload_enc is None  # a finished job keeps no copy of the file
+    assert Issue.objects.filter(org_id=tworld.org.pk, project__prefix="BD").count() == 6

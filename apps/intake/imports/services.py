@@ -364,15 +364,3 @@ def import_run(job_id, *, api_key: str | None = None, sleep=None) -> ImportJob:
             source.close()
         _publish(job)
     return job
-
-
-def import_resume_stale() -> int:
-    """Mark imports that stopped moving (their process died) as failed, so that starting
-    them again resumes them. Run by the periodic jobs."""
-    cutoff = timezone.now() - STALE_AFTER
-    stale = ImportJob.objects.filter(status=ImportJob.Status.RUNNING, updated_at__lt=cutoff)
-    n = 0
-    for job in stale:
-        _finish(job, ImportJob.Status.FAILED, "The import was interrupted; start it again to resume where it stopped.")
-        n += 1
-    return n
