@@ -120,6 +120,8 @@ def report(job: dict, *, as_json: bool) -> None:
         more = max((job.get("counts") or {}).get("errors", len(errors)), len(errors)) - min(len(errors), SHOWN_ERRORS)
         if more > 0:
             out.print(f"  … and {more} more (see --json or the Dash's import page).")
+        if job["status"] == "failed":
+            out.print("Run the same import again (the same file, or the same teams) to resume where it stopped.")
     if job["status"] == "failed":
         raise typer.Exit(REFUSED)
 

@@ -195,13 +195,20 @@ def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli, lin
     cli.sign_in_as(tworld.owner)
     secret = linear_fake.api_key
     cli.env_extra["LINEAR_API_KEY"] = secret
+    # Linear fails the first page once: the job fails (exit 1, the summary says to resume) ...
+    linear_fake.fail_page_once("ENG", 0)
+    failed = cli("import", "linear", "--team", "eng")
+    assert failed.exit_code == 1, failed.output
+    assert "Import failed (linear," in failed.stdout and "resume" in failed.stdout, failed.stdout
+    # ... and the same import started again resumes it to the end.
     result = cli("import", "linear", "--team", "eng", "--json")
     assert result.exit_code == 0, result.stderr
     job = json.loads(result.stdout)
     assert job["source"] == "linear" and job["status"] == "done" and job["counts"]["issues"] == 30, job
+    assert job["importId"] in failed.stdout
     assert Issue.objects.filter(org=tworld.org, project__prefix="ENG").count() == 30
     assert linear_fake.mutations == 0
-    assert secret not in result.stdout + result.stderr
+    assert secret not in result.stdout + result.stderr + failed.stdout + failed.stderr
     for stored in cli.config_home.rglob("*"):
         if stored.is_file():
             assert secret not in stored.read_text(errors="replace")
@@ -210,10 +217,10 @@ def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli, lin
     # A wrong key is refused up front in one sentence; nothing is written.
     before = (Issue.objects.count(), _jobs().count())
     cli.env_extra["LINEAR_API_KEY"] = "lin_api_wrong"
-    failed = cli("import", "linear", "--team", "ENG")
-    assert failed.exit_code == 1, failed.output
-    assert failed.stderr.startswith("Error: ") and len(failed.stderr.strip().splitlines()) == 1
-    assert "lin_api_wrong" not in failed.stderr
+    refused = cli("import", "linear", "--team", "ENG")
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr.startswith("Error: ") and "(INVALID_ARGUMENT)" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "lin_api_wrong" not in refused.stderr
     assert (Issue.objects.count(), _jobs().count()) == before
 
 
