@@ -6,6 +6,8 @@ are one sentence and write nothing."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import signal
 
 import pytest
@@ -14,7 +16,7 @@ from apps.intake.models import ImportJob
 from apps.issues.models import Issue
 from apps.orgs.models import Membership
 from apps.orgs.services import org_create
-from tests.cli.conftest import Cli, start_daphne
+from tests.cli.conftest import RETASC, Cli, start_daphne
 from tests.conftest import new_issue
 from tests.fakes.linear import FakeLinear, LinearData
 
@@ -222,6 +224,40 @@ def test_linear_key_from_the_environment_never_echoed_or_stored(tworld, cli, lin
     assert refused.stderr.startswith("Error: ") and "(INVALID_ARGUMENT)" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "lin_api_wrong" not in refused.stderr
     assert (Issue.objects.count(), _jobs().count()) == before
+
+
+@pytest.mark.slow
+def test_linear_key_asked_without_echo_on_a_terminal(tworld, cli, linear_fake):
+    """No LINEAR_API_KEY: on a terminal the key is asked for with echo off (getpass)."""
+    cli.sign_in_as(tworld.owner)
+    env = {**os.environ, **cli.env(), "PYTHONUNBUFFERED": "1"}
+    env.pop("LINEAR_API_KEY", None)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: retasc on the terminal
+        os.chdir(cli.folder)
+        os.execve(str(RETASC), [str(RETASC), "import", "linear", "--team", "ENG", "--no-wait", "--json"], env)
+    seen = b""
+    try:
+        while b"Linear API key (not shown): " not in seen:
+            seen += os.read(fd, 1024)
+        os.write(fd, linear_fake.api_key.encode() + b"\n")
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        _, status = os.waitpid(pid, 0)
+    text = seen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert linear_fake.api_key not in text  # not echoed
+    answer = json.loads(text[text.index("{") :])
+    assert answer["status"] in ("queued", "running", "done")
+    assert _jobs().get(pk=answer["importId"]).source == "linear"
+    cli.json("import", "status", answer["importId"])  # let it finish before the test ends
 
 
 @pytest.mark.parametrize(
