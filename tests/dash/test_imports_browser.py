@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from apps.intake.models import ImportJob
@@ -137,3 +138,48 @@ def test_placeholder_mark_merge_and_claim(tworld, browser_for):
     row.get_by_role("button", name="This is me").click()
     expect(member.locator(".alert.success")).to_contain_text("Claimed")
     assert not Membership.objects.filter(pk=ada.pk, status=Membership.Status.PLACEHOLDER).exists()
+
+
+# --- the same pages without a browser (Django's test client) --------------------------------
+
+
+def test_imports_pages_are_for_owners(tworld):
+    member = Client()
+    member.force_login(tworld.member)
+    assert member.get("/org/members/").status_code == 200
+    assert "/org/imports/" not in member.get("/org/members/").content.decode()  # no tab
+    assert member.get("/org/imports/").status_code == 403
+    upload = SimpleUploadedFile("issues.jsonl", beads_lines(2).encode())
+    assert member.post("/org/imports/file/", {"source": "beads", "file": upload}).status_code == 403
+    assert _jobs().count() == 0 and Issue.objects.filter(org=tworld.org).count() == 0
+
+    owner = Client()
+    owner.force_login(tworld.owner)
+    page = owner.get("/org/imports/").content.decode()
+    assert 'href="/org/imports/"' in page and 'id="linear-form"' in page and 'type="password" name="api_key"' in page
+
+
+def test_linear_form_runs_the_import_and_never_echoes_the_key(tworld, settings):
+    from tests.fakes.linear import FakeLinear, LinearData
+
+    fake = FakeLinear(LinearData.generate(teams=("ENG",), issues_per_team=5)).start()
+    # The import runs to the end inside the request (no runner thread, no worker).
+    settings.RETASC_LINEAR_API_URL, settings.RETASC_INPROCESS_JOBS, settings.REDIS_URL = fake.api_url, False, ""
+    try:
+        owner = Client()
+        owner.force_login(tworld.owner)
+        refused = owner.post("/org/imports/linear/", {"api_key": "lin_api_wrong", "teams": "ENG"})
+        assert refused.status_code == 400 and "INVALID_ARGUMENT" in refused.content.decode()
+        assert "lin_api_wrong" not in refused.content.decode() and _jobs().count() == 0
+
+        done = owner.post("/org/imports/linear/", {"api_key": fake.api_key, "teams": "eng"})
+        assert done.status_code == 302
+        job = _jobs().get()
+        assert done["Location"] == f"/org/imports/{job.pk}/"
+        page = owner.get(done["Location"]).content.decode()
+        assert 'data-status="done"' in page and 'data-count="issues">5<' in page
+        assert fake.api_key not in page and fake.api_key not in done.content.decode()
+        assert job.secret_enc is None and fake.mutations == 0
+        assert Issue.objects.filter(org=tworld.org, project__prefix="ENG").count() == 5
+    finally:
+        fake.stop()
