@@ -44,7 +44,7 @@ query Issues($team: String!, $first: Int!, $after: String) {{
       creator {{ {_PERSON} }}
       parent {{ id identifier }}
       labels(first: 50) {{ nodes {{ id name color }} }}
-      comments(first: 100) {{ nodes {{ id body createdAt user {{ {_PERSON} }} parent {{ id }} }} }}
+      comments(first: 100) {{ pageInfo {{ hasNextPage }} nodes {{ id body createdAt user {{ {_PERSON} }} parent {{ id }} }} }}
       attachments(first: 50) {{ nodes {{ id url title createdAt }} }}
       relations(first: 50) {{ nodes {{ id type relatedIssue {{ id identifier }} }} }}
     }}

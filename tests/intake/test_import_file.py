@@ -207,3 +207,44 @@ def test_embedded_mode_runs_the_job_in_a_thread(tworld, settings):
     assert job.status == "done", job.summary
     assert job.upload_enc is None  # a finished job keeps no copy of the file
     assert Issue.objects.filter(org_id=tworld.org.pk, project__prefix="BD").count() == 6
+
+
+def test_an_interrupted_file_import_resumes_where_it_stopped(world, monkeypatch):
+    from apps.intake.imports import importer as importer_module
+
+    lines = [
+        json.dumps(
+            {
+                "id": f"bd-{n}",
+                "title": f"Issue {n}",
+                "status": "open",
+                "priority": 2,
+                "issue_type": "task",
+                "created_at": "2025-10-01T09:00:00Z",
+                "updated_at": "2025-10-01T09:00:00Z",
+            }
+        )
+        for n in range(1, 451)
+    ]
+    upload = "\n".join(lines).encode()
+    real = importer_module.Importer.write_batch
+    calls = {"n": 0}
+
+    def dies_on_the_third_batch(self, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("the process died")
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(importer_module.Importer, "write_batch", dies_on_the_third_batch)
+    job = import_run(import_start(actor=world.a, source="beads", upload=upload, launch=False).pk)
+    assert job.status == "failed" and "resume" in job.summary
+    assert job.done == 400 and Issue.objects.filter(org=world.org, project__prefix="BD").count() == 400
+    assert job.upload_enc is not None  # kept (sealed) so the job can resume
+    monkeypatch.setattr(importer_module.Importer, "write_batch", real)
+    again = import_run(import_start(actor=world.a, source="beads", upload=upload, launch=False).pk)
+    assert again.pk == job.pk and again.status == "done", again.summary
+    assert again.counts["created"] == 450 and again.counts.get("unchanged", 0) == 0
+    numbers = sorted(Issue.objects.filter(org=world.org, project__prefix="BD").values_list("number", flat=True))
+    assert numbers == list(range(1, 451))
+    assert verify_org(world.org) is None and verify_folds(world.org) == []

@@ -4,7 +4,7 @@ checkpoint to store once it has committed (where a resumed run starts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils.dateparse import parse_datetime
 
@@ -21,6 +21,7 @@ class Batch:
     parents: list = field(default_factory=list)  # (child ext id, parent ext id)
     checkpoint: dict = field(default_factory=dict)
     total: int | None = None
+    warnings: list = field(default_factory=list)  # (record, message): listed in the job's errors
 
 
 def when(value) -> datetime | None:
@@ -32,7 +33,5 @@ def when(value) -> datetime | None:
     except ValueError:
         return None
     if parsed is not None and parsed.tzinfo is None:
-        from datetime import UTC  # noqa: PLC0415 - defer: only naive source times need it
-
         parsed = parsed.replace(tzinfo=UTC)
     return parsed

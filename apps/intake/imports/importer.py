@@ -24,7 +24,6 @@ from collections import Counter
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from apps.core import search
@@ -69,6 +68,11 @@ class Importer:
         self._labels: dict[str, Label] = {}
         self._key = search.search_key(str(self.org.pk))
         self.pending: list = list((job.checkpoint or {}).get("pending", []))
+        # Per batch: what is already mapped, rows written at the batch's end, numbers.
+        self._known: dict[str, dict[str, ImportedRecord]] = {}
+        self._new_records: list[ImportedRecord] = []
+        self._new_labels: list = []
+        self._seq: dict = {}  # project pk -> [issue_seq, numbers taken among those wanted]
 
     # --- bookkeeping --------------------------------------------------------------------
 
@@ -80,6 +84,12 @@ class Importer:
     def digest(self, payload: dict) -> str:
         raw = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":")).encode()
         return hmac.new(self._key, raw, hashlib.sha256).hexdigest()
+
+    def _known_of(self, kind: str, ext_ids) -> dict[str, ImportedRecord]:
+        """Mapped records of this batch (read once per batch), else from the table."""
+        if kind in self._known:
+            return self._known[kind]
+        return self._mapped(kind, ext_ids)
 
     def _mapped(self, kind: str, ext_ids) -> dict[str, ImportedRecord]:
         ext_ids = [e for e in ext_ids if e]
@@ -100,6 +110,20 @@ class Importer:
         if not made and (row.object_id != str(object_id) or row.digest != digest):
             ImportedRecord.objects.filter(pk=row.pk).update(object_id=str(object_id), digest=digest, job=self.job, updated_at=now)
         return row
+
+    def _record(self, kind: str, ext_id: str, object_id, digest: str = "") -> ImportedRecord:
+        now = timezone.now()
+        return ImportedRecord(
+            org_id=self.org.pk,
+            source=self.source,
+            kind=kind,
+            external_id=ext_id[:255],
+            object_id=str(object_id),
+            digest=digest,
+            job=self.job,
+            created_at=now,
+            updated_at=now,
+        )
 
     def _meta(self, ext_id: str, ref: str = "", url: str = "") -> dict:
         meta = {"source": self.source, "id": ext_id, "job": str(self.job.pk)}
@@ -253,13 +277,24 @@ class Importer:
         return self.digest(payload)
 
     def _number(self, project: Project, wanted: int | None) -> int:
-        # The project row lock orders concurrent creations (as issue_create does).
-        Project.objects.filter(pk=project.pk).update(issue_seq=F("issue_seq") + 0)
-        if wanted and wanted > 0 and not Issue.objects.filter(project_id=project.pk, number=wanted).exists():
-            Project.objects.filter(pk=project.pk, issue_seq__lt=wanted).update(issue_seq=wanted)
-            return wanted
-        Project.objects.filter(pk=project.pk).update(issue_seq=F("issue_seq") + 1)
-        return Project.objects.values_list("issue_seq", flat=True).get(pk=project.pk)
+        """The issue's number: the upstream one when free, else the project's next.
+
+        The project row is locked once per batch (as ``issue_create`` locks it, so a
+        concurrent creation waits for the batch) and the counter is written at its end."""
+        slot = self._seq.get(project.pk)
+        if slot is None:
+            seq = Project.objects.select_for_update().values_list("issue_seq", flat=True).get(pk=project.pk)
+            slot = self._seq[project.pk] = [seq, set(), project]
+        if wanted and wanted > 0 and wanted not in slot[1]:
+            if wanted > slot[0] or not Issue.objects.filter(project_id=project.pk, number=wanted).exists():
+                slot[1].add(wanted)
+                slot[0] = max(slot[0], wanted)
+                return wanted
+        slot[0] += 1
+        while slot[0] in slot[1]:
+            slot[0] += 1
+        slot[1].add(slot[0])
+        return slot[0]
 
     @staticmethod
     def _state(issue: Issue, labels: list[str]) -> dict:
@@ -290,8 +325,11 @@ class Importer:
             raise RecordError(f"its project {rec.project!r} was not imported")
         fields = self._fields(rec)
         digest = self._issue_digest(rec, fields)
-        existing = self._mapped("issue", [rec.ext_id]).get(rec.ext_id)
+        existing = self._known_of("issue", [rec.ext_id]).get(rec.ext_id)
         issue = None
+        if existing is None and rec.ext_id in self._issues:
+            self.counts["unchanged"] += 1  # the same record twice in one run
+            return
         if existing is not None:
             issue = (
                 Issue.objects.select_related("project", "parent__project", "checkpoint")
@@ -304,11 +342,11 @@ class Importer:
                 self.counts["unchanged"] += 1
             else:
                 self._update(issue, rec, fields, unit, terms)
-                self._map("issue", rec.ext_id, issue.pk, digest)
+                ImportedRecord.objects.filter(pk=existing.pk).update(digest=digest, job=self.job, updated_at=timezone.now())
                 self.counts["updated"] += 1
         else:
             issue = self._create(project, rec, fields, unit, terms)
-            self._map("issue", rec.ext_id, issue.pk, digest)
+            self._new_records.append(self._record("issue", rec.ext_id, issue.pk, digest))
             self._issues[rec.ext_id] = issue.pk
             self.counts["created"] += 1
             self.counts["issues"] += 1
@@ -346,7 +384,7 @@ class Importer:
         )
         labels = [label for label in (self.label(n) for n in dict.fromkeys(rec.labels)) if label is not None]
         if labels:
-            Issue.labels.through.objects.bulk_create([Issue.labels.through(issue_id=issue.pk, label_id=lb.pk) for lb in labels])
+            self._new_labels.extend(Issue.labels.through(issue_id=issue.pk, label_id=lb.pk) for lb in labels)
         if parent is not None and parent.work:
             self._containerize(parent, unit)
         checkpoint_note = None
@@ -464,7 +502,7 @@ class Importer:
     def _children(self, issue: Issue, rec: IssueRec, unit) -> None:
         """Comments and attachments: new ones added (in their order), known ones left."""
         comment_ids = [c.ext_id for c in rec.comments]
-        known = self._mapped("comment", comment_ids)
+        known = self._known_of("comment", comment_ids)
         rows = []
         for c in rec.comments:
             if c.ext_id in known:
@@ -487,25 +525,13 @@ class Importer:
             rows.append((c, row))
         if rows:
             Comment.objects.bulk_create([r for _, r in rows])
-            ImportedRecord.objects.bulk_create(
-                [
-                    ImportedRecord(
-                        org_id=self.org.pk,
-                        source=self.source,
-                        kind="comment",
-                        external_id=c.ext_id[:255],
-                        object_id=str(r.pk),
-                        job=self.job,
-                    )
-                    for c, r in rows
-                ]
-            )
+            self._new_records.extend(self._record("comment", c.ext_id, r.pk) for c, r in rows)
             for c, r in rows:
                 changes = {"comment": [None, {"id": str(r.pk), "body": r.body}], "createdAt": [None, iso(r.created_at)]}
                 changes["import"] = self._meta(c.ext_id)
                 unit.record("commented", issue=issue, changes=changes)
             self.counts["comments"] += len(rows)
-        known = self._mapped("attachment", [a.ext_id for a in rec.attachments])
+        known = self._known_of("attachment", [a.ext_id for a in rec.attachments])
         atts = []
         for a in rec.attachments:
             if a.ext_id in known:
@@ -529,19 +555,7 @@ class Importer:
             atts.append((a, row))
         if atts:
             Attachment.objects.bulk_create([r for _, r in atts])
-            ImportedRecord.objects.bulk_create(
-                [
-                    ImportedRecord(
-                        org_id=self.org.pk,
-                        source=self.source,
-                        kind="attachment",
-                        external_id=a.ext_id[:255],
-                        object_id=str(r.pk),
-                        job=self.job,
-                    )
-                    for a, r in atts
-                ]
-            )
+            self._new_records.extend(self._record("attachment", a.ext_id, r.pk) for a, r in atts)
             for a, r in atts:
                 changes = {"attachment": [None, {"id": str(r.pk), "url": r.url, "title": r.title}]}
                 changes["import"] = self._meta(a.ext_id)
@@ -613,11 +627,30 @@ class Importer:
             self.write_projects(list(projects))
             self.write_labels(list(labels))
             terms: list = []
-            for rec in issues:
-                self._guarded(rec.ref or rec.ext_id, unit, lambda r=rec: self.write_issue(r, unit, terms))
-                self.job.done += 1
+            issues = list(issues)
+            # What of this batch is already imported: three reads for the whole batch.
+            self._known = {
+                "issue": self._mapped("issue", [r.ext_id for r in issues]),
+                "comment": self._mapped("comment", [c.ext_id for r in issues for c in r.comments]),
+                "attachment": self._mapped("attachment", [a.ext_id for r in issues for a in r.attachments]),
+            }
+            self._seq = {}
+            try:
+                for rec in issues:
+                    self._guarded(rec.ref or rec.ext_id, unit, lambda r=rec: self.write_issue(r, unit, terms))
+                    self.job.done += 1
+            finally:
+                self._known = {}
+            # The rows every record of the batch added, in a few statements.
             if terms:
                 SearchTerm.objects.bulk_create(terms, batch_size=5000, ignore_conflicts=True)
+            if self._new_labels:
+                Issue.labels.through.objects.bulk_create(self._new_labels, batch_size=5000)
+            if self._new_records:
+                ImportedRecord.objects.bulk_create(self._new_records, batch_size=5000)
+            for seq, _, project in self._seq.values():
+                Project.objects.filter(pk=project.pk, issue_seq__lt=seq).update(issue_seq=seq)
+            self._new_labels, self._new_records, self._seq = [], [], {}
             for child, parent in parents:
                 self.pending.append(["parent", parent, child])
             for rel in relations:
@@ -628,6 +661,7 @@ class Importer:
     def _guarded(self, name: str, unit, fn) -> bool:
         """Run one record's writes in a savepoint; its receipts count only if it stays."""
         mark = len(unit.entries)
+        marks = (len(self._new_records), len(self._new_labels))
         dirty = set(unit.dirty_ranks)
         try:
             with transaction.atomic():
@@ -635,6 +669,8 @@ class Importer:
             return True
         except (RecordError, ServiceError, IntegrityError, ValueError) as exc:
             del unit.entries[mark:]
+            del self._new_records[marks[0] :]
+            del self._new_labels[marks[1] :]
             unit.dirty_ranks = dirty
             message = (
                 exc.message

@@ -145,8 +145,10 @@ class LinearSource:
             while True:
                 page = self.client.issues_page(key, after, PAGE)
                 people: dict = {}
-                issues, relations, labels = [], [], {}
+                issues, relations, labels, warnings = [], [], {}, []
                 for node in page.get("nodes") or []:
+                    if ((node.get("comments") or {}).get("pageInfo") or {}).get("hasNextPage"):
+                        warnings.append((node.get("identifier") or node["id"], "more than 100 comments: the first 100 came in"))
                     rec, rels, lbs = issue_record(node, people)
                     issues.append(rec)
                     relations.extend(rels)
@@ -166,6 +168,7 @@ class LinearSource:
                     relations=relations,
                     checkpoint=next_point,
                     total=total,
+                    warnings=warnings,
                 )
                 if not more:
                     break

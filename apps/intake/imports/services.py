@@ -24,6 +24,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.core import events, search
@@ -311,14 +312,22 @@ def _finish(job: ImportJob, status: str, summary: str) -> None:
 def import_run(job_id, *, api_key: str | None = None, sleep=None) -> ImportJob:
     """Run the job to the end (or to its failure); resumes from its checkpoint."""
     job = ImportJob.objects.get(pk=job_id)
-    if job.status == ImportJob.Status.DONE:
+    now = timezone.now()
+    # Taken with a conditional update: a job already running elsewhere (a redelivered
+    # task, a second runner) is left to it unless it stopped moving.
+    runnable = [ImportJob.Status.QUEUED, ImportJob.Status.FAILED]
+    taken = (
+        ImportJob.objects.filter(pk=job.pk)
+        .filter(Q(status__in=runnable) | Q(status=ImportJob.Status.RUNNING, updated_at__lt=now - STALE_AFTER))
+        .update(status=ImportJob.Status.RUNNING, updated_at=now)
+    )
+    if not taken:
         return job
     key = api_key or (job.secret if job.source == ImportSource.LINEAR else None)
-    now = timezone.now()
     job.status = ImportJob.Status.RUNNING
     job.started_at = job.started_at or now
     job.updated_at = now
-    job.save(update_fields=["status", "started_at", "updated_at"])
+    job.save(update_fields=["started_at"])
     _publish(job)
     actor = _actor(job)
     source = None
@@ -332,6 +341,8 @@ def import_run(job_id, *, api_key: str | None = None, sleep=None) -> ImportJob:
         for batch in source.batches(dict(job.checkpoint or {})):
             if batch.total is not None:
                 job.total = batch.total
+            for record, message in batch.warnings:
+                importer.error(record, message)
             importer.write_batch(
                 people=batch.people,
                 projects=batch.projects,
