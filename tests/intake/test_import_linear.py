@@ -219,3 +219,23 @@ def test_owner_merges_a_placeholder(world, linear):
     assert Activity.objects.filter(org_id=world.org.pk, verb="placeholder_merged").count() == 1
     assert verify_org(world.org) is None and verify_folds(world.org) == []
     assert EmailAddress.objects.filter(user_id=placeholder.user_id).count() == 0  # it never could sign in
+
+
+def test_closed_upstream_ends_a_live_claim_on_reimport(world, linear):
+    from apps.issues.models import Claim
+    from apps.tools import operations
+
+    data = LinearData.generate(issues_per_team=6)
+    linear(data)
+    assert _run(world.a).status == "done"
+    held = operations.claim_issue(world.a, identifier="ENG-3")
+    assert held["claimToken"]
+    node = next(n for n in data.issues if n["identifier"] == "ENG-3")
+    node["state"] = {"id": "state-completed", "name": "Done", "type": "completed"}
+    node["completedAt"] = "2025-02-01T00:00:00.000Z"
+    again = _run(world.a)
+    assert again.status == "done" and again.counts["updated"] == 1
+    issue = Issue.objects.get(org=world.org, project__prefix="ENG", number=3)
+    assert issue.status == "done" and issue.lease_claim_id is None
+    assert not Claim.objects.filter(issue=issue, ended_at__isnull=True).exists()
+    assert verify_org(world.org) is None and verify_folds(world.org) == []

@@ -33,7 +33,7 @@ from apps.core.unit import mutation
 from apps.intake.imports.records import IssueRec, LabelRec, Person, ProjectRec, RelationRec
 from apps.intake.models import ImportedRecord, ImportJob
 from apps.issues import inputs
-from apps.issues.models import CLOSED, Attachment, Checkpoint, Comment, Issue, Label, Relation, SearchTerm, Status
+from apps.issues.models import CLOSED, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, SearchTerm, Status
 from apps.issues.ranking import ancestors, lock_org_ranks
 from apps.issues.services import FOLDED_FIELDS
 from apps.orgs.actor import Actor
@@ -469,6 +469,14 @@ class Importer:
             diff["checkpoint"] = [issue.checkpoint.note, None]
             issue.checkpoint = None
             update.add("checkpoint")
+        if "status" in diff and fields["status"] in CLOSED and issue.lease_claim_id:
+            # Closed at the source: the source is the truth, and a close ends the claim
+            # (as a connector's close does, apps.issues.services.issue_update unfenced).
+            Claim.objects.filter(pk=issue.lease_claim_id, ended_at__isnull=True).update(
+                ended_at=timezone.now(), end_reason=Claim.End.REVOKED
+            )
+            issue.lease_claim_id = issue.lease_principal_id = issue.lease_expires_at = None
+            update.update({"lease_claim_id", "lease_principal_id", "lease_expires_at"})
         before_labels = sorted(issue.labels.values_list("name", flat=True))
         wanted = [label for label in (self.label(n) for n in dict.fromkeys(rec.labels)) if label is not None]
         after_labels = sorted(label.name for label in wanted)
