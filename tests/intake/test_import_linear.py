@@ -46,6 +46,7 @@ def _run(actor, teams=None, sleeps=None):
     return import_run(job.pk, api_key=KEY, sleep=(sleeps.append if sleeps is not None else (lambda s: None)))
 
 
+@pytest.mark.timeout(1200)  # 2,000 issues imported twice; a loaded machine takes minutes
 def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     caplog.set_level(logging.DEBUG)
     data = LinearData.generate(teams=("ENG", "OPS"), issues_per_team=1000, comments=2)
@@ -95,9 +96,8 @@ def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     assert receipt.changes["import"]["ref"] == "ENG-5" and receipt.changes["import"]["source"] == "linear"
     assert receipt.changes["createdAt"][1].startswith("2025-01-01") and receipt.changes["closedAt"][1].startswith("2025-01-03")
 
-    # The chain verifies and folding the receipts rebuilds every issue.
+    # The chain verifies (folding the receipts back into every issue is checked at the end).
     assert verify_org(w.org) is None
-    assert verify_folds(w.org) == []
 
     # No plaintext at rest (titles, descriptions, comments), and the key is nowhere.
     marker = "LINSECRETENG7."
@@ -135,7 +135,7 @@ def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     renamed = Issue.objects.get(project__org=w.org, project__prefix="ENG", number=10)
     assert renamed.title == "ENG-10 renamed upstream"
     assert Issue.objects.get(project__org=w.org, project__prefix="OPS", number=45).status == "done"
-    assert verify_org(w.org) is None and verify_folds(w.org) == []
+    assert verify_org(w.org) is None
 
     # A placeholder claimed: person1 joins with that verified address and claims it.
     placeholder = Membership.objects.get(org=w.org, status="placeholder", upstream_email="person1@linear.test")

@@ -330,6 +330,11 @@ class Importer:
         if existing is None and rec.ext_id in self._issues:
             self.counts["unchanged"] += 1  # the same record twice in one run
             return
+        if existing is not None and existing.digest == digest and self._children_known(rec):
+            # Unchanged, and nothing new under it: not even read.
+            self._issues[rec.ext_id] = existing.object_id
+            self.counts["unchanged"] += 1
+            return
         if existing is not None:
             issue = (
                 Issue.objects.select_related("project", "parent__project", "checkpoint")
@@ -351,6 +356,11 @@ class Importer:
             self.counts["created"] += 1
             self.counts["issues"] += 1
         self._children(issue, rec, unit)
+
+    def _children_known(self, rec: IssueRec) -> bool:
+        comments = self._known_of("comment", [c.ext_id for c in rec.comments])
+        attachments = self._known_of("attachment", [a.ext_id for a in rec.attachments])
+        return all(c.ext_id in comments for c in rec.comments) and all(a.ext_id in attachments for a in rec.attachments)
 
     def _create(self, project: Project, rec: IssueRec, fields: dict, unit, terms: list) -> Issue:
         number = self._number(project, rec.number)
