@@ -190,7 +190,7 @@ class Importer:
                 prefix = cleaned if PREFIX_RE.fullmatch(cleaned) else ("P" + cleaned)[:10].ljust(2, "X")
             project = Project.objects.filter(org_id=self.org.pk, prefix__iexact=prefix).first()
             if project is None:
-                project = Project.objects.create(org_id=self.org.pk, prefix=prefix.upper(), name=(rec.name or prefix)[:120])
+                project = Project.objects.create(org_id=self.org.pk, prefix=prefix, name=(rec.name or prefix)[:120])
                 if rec.created_at:
                     Project.objects.filter(pk=project.pk).update(created_at=rec.created_at)
                 self.counts["projects"] += 1
