@@ -248,3 +248,43 @@ def test_an_interrupted_file_import_resumes_where_it_stopped(world, monkeypatch)
     numbers = sorted(Issue.objects.filter(org=world.org, project__prefix="BD").values_list("number", flat=True))
     assert numbers == list(range(1, 451))
     assert verify_org(world.org) is None and verify_folds(world.org) == []
+
+
+def test_operator_commands_run_to_the_end_and_print_the_summary(world, settings, monkeypatch, tmp_path):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    from tests.fakes.linear import FakeLinear, LinearData
+
+    out = io.StringIO()
+    call_command("import_file", "--org", world.org.slug, str(FIXTURES / "beads-issues.jsonl"), "--json", stdout=out)
+    shape = json.loads(out.getvalue())
+    assert shape["status"] == "done" and shape["source"] == "beads" and shape["counts"]["issues"] == 6
+    out = io.StringIO()
+    call_command("import_file", "--org", world.org.slug, str(FIXTURES / "beads-issues.jsonl"), stdout=out)
+    assert "6 unchanged" in out.getvalue()
+
+    bad = tmp_path / "export.json"
+    bad.write_text(json.dumps({"format": "retasc-export", "version": 7, "issues": []}))
+    with pytest.raises(CommandError) as refused:
+        call_command("import_file", "--org", world.org.slug, str(bad))
+    assert "version 7" in str(refused.value)
+
+    fake = FakeLinear(LinearData.generate(teams=("ENG", "OPS"), issues_per_team=3), api_key="lin_api_cmd").start()
+    try:
+        settings.RETASC_LINEAR_API_URL = fake.api_url
+        monkeypatch.setenv("MY_LINEAR_KEY", "lin_api_cmd")
+        out = io.StringIO()
+        call_command(
+            "import_linear", "--org", world.org.slug, "--api-key-env", "MY_LINEAR_KEY", "--team", "OPS", "--json", stdout=out
+        )
+        shape = json.loads(out.getvalue())
+        assert shape["status"] == "done" and shape["counts"]["issues"] == 3
+        assert "lin_api_cmd" not in out.getvalue()
+        assert Issue.objects.filter(org=world.org, project__prefix="OPS").count() == 3
+        assert not Issue.objects.filter(org=world.org, project__prefix="ENG").exists()
+        with pytest.raises(CommandError):
+            call_command("import_linear", "--org", world.org.slug, "--api-key-env", "NO_SUCH_VARIABLE_SET")
+    finally:
+        fake.stop()

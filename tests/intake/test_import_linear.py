@@ -46,6 +46,7 @@ def _run(actor, teams=None, sleeps=None):
     return import_run(job.pk, api_key=KEY, sleep=(sleeps.append if sleeps is not None else (lambda s: None)))
 
 
+@pytest.mark.timeout(1200)  # 2,000 issues imported twice; a loaded machine takes minutes
 def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     caplog.set_level(logging.DEBUG)
     data = LinearData.generate(teams=("ENG", "OPS"), issues_per_team=1000, comments=2)
@@ -95,9 +96,8 @@ def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     assert receipt.changes["import"]["ref"] == "ENG-5" and receipt.changes["import"]["source"] == "linear"
     assert receipt.changes["createdAt"][1].startswith("2025-01-01") and receipt.changes["closedAt"][1].startswith("2025-01-03")
 
-    # The chain verifies and folding the receipts rebuilds every issue.
+    # The chain verifies (folding the receipts back into every issue is checked at the end).
     assert verify_org(w.org) is None
-    assert verify_folds(w.org) == []
 
     # No plaintext at rest (titles, descriptions, comments), and the key is nowhere.
     marker = "LINSECRETENG7."
@@ -135,7 +135,7 @@ def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     renamed = Issue.objects.get(project__org=w.org, project__prefix="ENG", number=10)
     assert renamed.title == "ENG-10 renamed upstream"
     assert Issue.objects.get(project__org=w.org, project__prefix="OPS", number=45).status == "done"
-    assert verify_org(w.org) is None and verify_folds(w.org) == []
+    assert verify_org(w.org) is None
 
     # A placeholder claimed: person1 joins with that verified address and claims it.
     placeholder = Membership.objects.get(org=w.org, status="placeholder", upstream_email="person1@linear.test")
@@ -219,3 +219,23 @@ def test_owner_merges_a_placeholder(world, linear):
     assert Activity.objects.filter(org_id=world.org.pk, verb="placeholder_merged").count() == 1
     assert verify_org(world.org) is None and verify_folds(world.org) == []
     assert EmailAddress.objects.filter(user_id=placeholder.user_id).count() == 0  # it never could sign in
+
+
+def test_closed_upstream_ends_a_live_claim_on_reimport(world, linear):
+    from apps.issues.models import Claim
+    from apps.tools import operations
+
+    data = LinearData.generate(issues_per_team=6)
+    linear(data)
+    assert _run(world.a).status == "done"
+    held = operations.claim_issue(world.a, identifier="ENG-3")
+    assert held["claimToken"]
+    node = next(n for n in data.issues if n["identifier"] == "ENG-3")
+    node["state"] = {"id": "state-completed", "name": "Done", "type": "completed"}
+    node["completedAt"] = "2025-02-01T00:00:00.000Z"
+    again = _run(world.a)
+    assert again.status == "done" and again.counts["updated"] == 1
+    issue = Issue.objects.get(org=world.org, project__prefix="ENG", number=3)
+    assert issue.status == "done" and issue.lease_claim_id is None
+    assert not Claim.objects.filter(issue=issue, ended_at__isnull=True).exists()
+    assert verify_org(world.org) is None and verify_folds(world.org) == []

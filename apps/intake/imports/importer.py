@@ -33,7 +33,7 @@ from apps.core.unit import mutation
 from apps.intake.imports.records import IssueRec, LabelRec, Person, ProjectRec, RelationRec
 from apps.intake.models import ImportedRecord, ImportJob
 from apps.issues import inputs
-from apps.issues.models import CLOSED, Attachment, Checkpoint, Comment, Issue, Label, Relation, SearchTerm, Status
+from apps.issues.models import CLOSED, Attachment, Checkpoint, Claim, Comment, Issue, Label, Relation, SearchTerm, Status
 from apps.issues.ranking import ancestors, lock_org_ranks
 from apps.issues.services import FOLDED_FIELDS
 from apps.orgs.actor import Actor
@@ -190,7 +190,7 @@ class Importer:
                 prefix = cleaned if PREFIX_RE.fullmatch(cleaned) else ("P" + cleaned)[:10].ljust(2, "X")
             project = Project.objects.filter(org_id=self.org.pk, prefix__iexact=prefix).first()
             if project is None:
-                project = Project.objects.create(org_id=self.org.pk, prefix=prefix.upper(), name=(rec.name or prefix)[:120])
+                project = Project.objects.create(org_id=self.org.pk, prefix=prefix, name=(rec.name or prefix)[:120])
                 if rec.created_at:
                     Project.objects.filter(pk=project.pk).update(created_at=rec.created_at)
                 self.counts["projects"] += 1
@@ -330,6 +330,11 @@ class Importer:
         if existing is None and rec.ext_id in self._issues:
             self.counts["unchanged"] += 1  # the same record twice in one run
             return
+        if existing is not None and existing.digest == digest and self._children_known(rec):
+            # Unchanged, and nothing new under it: not even read.
+            self._issues[rec.ext_id] = existing.object_id
+            self.counts["unchanged"] += 1
+            return
         if existing is not None:
             issue = (
                 Issue.objects.select_related("project", "parent__project", "checkpoint")
@@ -351,6 +356,11 @@ class Importer:
             self.counts["created"] += 1
             self.counts["issues"] += 1
         self._children(issue, rec, unit)
+
+    def _children_known(self, rec: IssueRec) -> bool:
+        comments = self._known_of("comment", [c.ext_id for c in rec.comments])
+        attachments = self._known_of("attachment", [a.ext_id for a in rec.attachments])
+        return all(c.ext_id in comments for c in rec.comments) and all(a.ext_id in attachments for a in rec.attachments)
 
     def _create(self, project: Project, rec: IssueRec, fields: dict, unit, terms: list) -> Issue:
         number = self._number(project, rec.number)
@@ -469,6 +479,14 @@ class Importer:
             diff["checkpoint"] = [issue.checkpoint.note, None]
             issue.checkpoint = None
             update.add("checkpoint")
+        if "status" in diff and fields["status"] in CLOSED and issue.lease_claim_id:
+            # Closed at the source: the source is the truth, and a close ends the claim
+            # (as a connector's close does, apps.issues.services.issue_update unfenced).
+            Claim.objects.filter(pk=issue.lease_claim_id, ended_at__isnull=True).update(
+                ended_at=timezone.now(), end_reason=Claim.End.REVOKED
+            )
+            issue.lease_claim_id = issue.lease_principal_id = issue.lease_expires_at = None
+            update.update({"lease_claim_id", "lease_principal_id", "lease_expires_at"})
         before_labels = sorted(issue.labels.values_list("name", flat=True))
         wanted = [label for label in (self.label(n) for n in dict.fromkeys(rec.labels)) if label is not None]
         after_labels = sorted(label.name for label in wanted)
