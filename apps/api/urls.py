@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from apps.api import billing, notifications, views
+from apps.api import billing, imports, notifications, views
 from apps.api.errors import api_not_found
 
 app_name = "api"
@@ -24,6 +24,10 @@ urlpatterns = [
     path("v1/notifications/deliveries/<str:delivery>/retry", notifications.DeliveryRetry.as_view(), name="DeliveryRetry"),
     path("v1/me/bindings", notifications.MyBindings.as_view(), name="MyBindings"),
     path("v1/me/bindings/<str:binding>", notifications.MyBinding.as_view(), name="MyBinding"),
+    path("v1/imports", imports.Imports.as_view(), name="Imports"),
+    path("v1/imports/<str:import_id>", imports.ImportDetail.as_view(), name="ImportDetail"),
+    path("v1/members/<str:member_id>/claim", imports.MemberClaim.as_view(), name="MemberClaim"),
+    path("v1/members/<str:member_id>/merge", imports.MemberMerge.as_view(), name="MemberMerge"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),

@@ -452,3 +452,17 @@ def keys_page(*, actor: Actor) -> dict:
         .values_list("key_id", "n")
     )
     return {"keys": [{"key": k, "sessions": sessions.get(k.pk, 0), "live": live.get(k.pk, 0)} for k in keys]}
+
+
+def claimable_placeholders(*, actor: Actor, email: str) -> set[int]:
+    """Ids of the org's placeholders whose recorded upstream address is ``email``, the
+    signed-in person's own (verified: the Dash acts in an org only for a verified address),
+    for the "This is me" button; ``placeholder_claim`` checks again."""
+    email = (email or "").strip()
+    if not email or actor.membership is None:
+        return set()
+    return set(
+        Membership.objects.filter(
+            org_id=actor.org.pk, status=Membership.Status.PLACEHOLDER, upstream_email__iexact=email
+        ).values_list("pk", flat=True)
+    )

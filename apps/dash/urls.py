@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.dash.views import billing, connectors, invite, issues, notifications, oauth, org, queue
+from apps.dash.views import billing, connectors, imports, invite, issues, notifications, oauth, org, queue
 
 app_name = "dash"
 
@@ -39,6 +39,8 @@ urlpatterns = [
     path("org/projects/new/", org.project_create, name="project_create"),
     path("org/projects/<str:prefix>/rename/", org.project_rename, name="project_rename"),
     path("org/members/", org.members, name="members"),
+    path("org/members/<int:member_id>/claim/", org.member_claim, name="member_claim"),
+    path("org/members/<int:member_id>/merge/", org.member_merge, name="member_merge"),
     path("org/members/<int:member_id>/<str:action>/", org.member_action, name="member_action"),
     path("org/invites/", org.invites, name="invites"),
     path("org/invites/new/", org.invite_create, name="invite_create"),
@@ -55,6 +57,11 @@ urlpatterns = [
     path("org/billing/cap/", billing.billing_cap, name="billing_cap"),
     path("org/billing/ledger.csv", billing.billing_ledger_csv, name="billing_ledger_csv"),
     path("org/billing/topup/", billing.billing_topup, name="billing_topup"),
+    path("org/imports/", imports.imports, name="imports"),
+    path("org/imports/linear/", imports.import_linear, name="import_linear"),
+    path("org/imports/file/", imports.import_file, name="import_file"),
+    path("org/imports/<uuid:import_id>/", imports.import_detail, name="import"),
+    path("org/imports/<uuid:import_id>/live/", imports.import_live, name="import_live"),
     path("org/switch/", org.org_switch, name="org_switch"),
     path("org/delete/", org.org_delete, name="org_delete"),
     path("invite/<str:code>/", invite.invite, name="invite"),

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from apps.intake.models import Connector, Delivery, SourceIssue, WritebackJob
+from apps.intake.models import Connector, Delivery, ImportedRecord, ImportJob, SourceIssue, WritebackJob
 
 
 @admin.register(Connector)
@@ -32,3 +32,33 @@ class WritebackJobAdmin(admin.ModelAdmin):
     list_display = ["identifier", "connector", "reason", "state", "attempts", "next_attempt_at", "last_error"]
     list_filter = ["state"]
     raw_id_fields = ["connector", "org", "source"]
+
+
+@admin.register(ImportJob)
+class ImportJobAdmin(admin.ModelAdmin):
+    # The upload and a worker's Linear key are sealed and never shown.
+    list_display = ["id", "org", "source", "status", "done", "total", "created_at", "finished_at"]
+    list_filter = ["source", "status"]
+    search_fields = ["org__slug"]
+    exclude = ["upload_enc", "secret_enc"]
+    raw_id_fields = ["org", "created_by"]
+    readonly_fields = [
+        "id",
+        "org",
+        "source",
+        "params",
+        "counts",
+        "errors",
+        "checkpoint",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ]
+
+
+@admin.register(ImportedRecord)
+class ImportedRecordAdmin(admin.ModelAdmin):
+    list_display = ["source", "kind", "external_id", "object_id", "org", "updated_at"]
+    list_filter = ["source", "kind"]
+    search_fields = ["external_id", "object_id"]
+    raw_id_fields = ["org", "job"]

@@ -130,3 +130,82 @@ class WritebackJob(models.Model):
 
     def __str__(self) -> str:
         return f"writeback {self.identifier} ({self.state})"
+
+
+class ImportSource(models.TextChoices):
+    LINEAR = "linear", "Linear"
+    RETASC = "retasc", "Retasc export"
+    BEADS = "beads", "beads JSONL"
+
+
+class ImportJob(models.Model):
+    """One import of a backlog (SPEC §9): its progress, counts, errors and summary.
+
+    ``params`` never holds a secret. A file import keeps its upload sealed with the org's
+    data key until the job ends (so an interrupted run resumes from it); a Linear import
+    handed to a Celery worker keeps the API key sealed in ``secret`` only while the job
+    runs, and wipes it when the job ends. ``checkpoint`` is where a resumed run starts
+    (Linear's page cursors, the file records already written)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    MAX_ERRORS = 100
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.CharField(max_length=10, choices=ImportSource.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    params = models.JSONField(default=dict, blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+    total = models.PositiveIntegerField(null=True, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True)
+    summary = models.CharField(max_length=500, blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    upload_enc = models.BinaryField(null=True, blank=True)
+    upload = Sealed(kind="bytes")
+    secret_enc = models.BinaryField(null=True, blank=True)
+    secret = Sealed()
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Moves with every committed batch: a running job that stopped moving was interrupted.
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "-created_at"], name="import_job_org")]
+
+    def __str__(self) -> str:
+        return f"import {self.source} {self.pk} ({self.status})"
+
+
+class ImportedRecord(models.Model):
+    """An upstream record already imported: (org, source, kind, external id) -> the Retasc
+    row it became. Re-imports reconcile by it (update instead of duplicate) and an
+    interrupted run recognizes what it already wrote. ``digest`` is a keyed hash (the
+    org's search key) of the normalized record, so an unchanged record is skipped without
+    reading or storing its content."""
+
+    org = models.ForeignKey("orgs.Org", on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=10, choices=ImportSource.choices)
+    kind = models.CharField(max_length=12)
+    external_id = models.CharField(max_length=255)
+    object_id = models.CharField(max_length=64)
+    digest = models.CharField(max_length=64, blank=True)
+    job = models.ForeignKey(ImportJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["org", "source", "kind", "external_id"], name="imported_record_unique"),
+        ]
+        indexes = [models.Index(fields=["org", "kind", "object_id"], name="imported_record_object")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.kind}:{self.external_id} -> {self.object_id}"

@@ -66,6 +66,9 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACTIVE)
+    # A placeholder's address at its source (an import knew it): the member whose verified
+    # address it is may claim the placeholder (apps.orgs.services.placeholder_claim).
+    upstream_email = models.EmailField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

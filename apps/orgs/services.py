@@ -57,17 +57,21 @@ def user_get_or_create(*, email: str, password: str | None = None, name: str = "
     return user, created
 
 
-PLACEHOLDER_PROVIDERS = ("github", "gitlab", "linear")
+PLACEHOLDER_PROVIDERS = ("github", "gitlab", "linear", "retasc", "beads")
+_PROVIDER_LABELS = {"github": "GitHub", "gitlab": "GitLab", "linear": "Linear", "retasc": "Retasc", "beads": "beads"}
 _LOGIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-def placeholder_get_or_create(*, org: Org, provider: str, login: str) -> Membership:
+def placeholder_get_or_create(*, org: Org, provider: str, login: str, name: str = "", email: str = "") -> Membership:
     """The org's placeholder person for an outside author (``provider`` user ``login``).
 
     One per (org, provider, login), created on first use. The user has an unusable
     password, is inactive (so no sign-in path accepts it) and a non-deliverable address
     under the reserved ``.invalid`` domain; the membership's status ``placeholder`` keeps
-    it out of keys, lanes and every "active member" rule.
+    it out of keys, lanes and every "active member" rule. ``name`` is shown instead of the
+    login when given; ``email`` (the address at the source, when an import knows it) is
+    recorded so that the member with that verified address can claim the placeholder.
     """
     provider = (provider or "").strip().lower()
     login = (login or "").strip()
@@ -75,21 +79,30 @@ def placeholder_get_or_create(*, org: Org, provider: str, login: str) -> Members
         raise invalid("provider", f"provider is one of {', '.join(PLACEHOLDER_PROVIDERS)}.")
     if not _LOGIN_RE.fullmatch(login):
         raise invalid("login", f"{login!r} is not a {provider} user name.")
+    email = (email or "").strip().lower()
+    if email and not _EMAIL_RE.fullmatch(email):
+        email = ""
     tag = org.pk.hex[:12]
     username = f"placeholder.{tag}.{provider}.{login.lower()}"
-    email = f"{login.lower()}.{tag}@{provider}.placeholder.invalid"
-    label = {"github": "GitHub", "gitlab": "GitLab", "linear": "Linear"}[provider]
+    address = f"{login.lower()}.{tag}@{provider}.placeholder.invalid"
+    label = _PROVIDER_LABELS[provider]
+    shown = (name or "").strip() or login
     with transaction.atomic():
         user, created = User.objects.get_or_create(
             username=username,
-            defaults={"email": email, "first_name": f"{login} ({label})"[:150], "is_active": False},
+            defaults={"email": address, "first_name": f"{shown} ({label})"[:150], "is_active": False},
         )
         if created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
-        membership, _ = Membership.objects.get_or_create(
-            org=org, user=user, defaults={"role": Membership.Role.MEMBER, "status": Membership.Status.PLACEHOLDER}
+        membership, made = Membership.objects.get_or_create(
+            org=org,
+            user=user,
+            defaults={"role": Membership.Role.MEMBER, "status": Membership.Status.PLACEHOLDER, "upstream_email": email},
         )
+        if not made and email and membership.upstream_email != email:
+            membership.upstream_email = email
+            membership.save(update_fields=["upstream_email"])
     return membership
 
 

@@ -123,6 +123,21 @@ class Api:
     def post(self, path: str, body: dict | None = None, **kw) -> dict:
         return self.request("POST", path, json=body or {}, **kw)
 
+    def upload(self, path: str, *, data: dict, file: tuple[str, str, bytes], auth: str = "token") -> dict:
+        """POST a multipart form: ``data`` fields and one ``file`` (field, file name, bytes)."""
+        field, name, content = file
+        headers = self._headers(auth, None)
+        try:
+            response = self.http.post(path, data=data, files={field: (name, content)}, headers=headers)
+        except httpx2.HTTPError as exc:
+            raise self.unreachable(exc) from None
+        if response.status_code >= 400:
+            raise self.refusal(response, auth)
+        try:
+            return response.json()
+        except ValueError:
+            raise CliError(f"The server at {self.server} did not answer JSON for {path}.", exit_code=UNREACHABLE) from None
+
     @contextmanager
     def stream(self, path: str, *, params=None, auth: str = "token") -> Iterator[httpx2.Response]:
         headers = self._headers(auth, None)

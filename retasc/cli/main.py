@@ -21,6 +21,7 @@ from retasc.cli import (
     connectors,
     doctor,
     export,
+    imports,
     issue_write,
     issues,
     keys,
@@ -97,6 +98,7 @@ app.add_typer(issues.issue_app, name="issue")
 app.add_typer(usage.usage_app, name="usage")
 app.add_typer(connectors.connector_app, name="connector")
 app.add_typer(billing.billing_app, name="billing")
+app.add_typer(imports.import_app, name="import")
 
 
 def main() -> None:

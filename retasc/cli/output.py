@@ -30,13 +30,13 @@ class State:
     org: str | None
     binding: config.Binding | None
 
-    def api(self, *, org: str | None = None) -> Api:
+    def api(self, *, org: str | None = None, timeout: float = 30.0) -> Api:
         cred = config.credential_for(self.server) or {}
         key = self.env_key()
         if key is None and self.binding is not None and self.binding.server == self.server and self.binding.key_path.exists():
             key = self.binding.key()
         default_org = org or self.org or (self.binding.org if self.binding and self.binding.server == self.server else None)
-        return Api(self.server, token=cred.get("token"), key=key, org=default_org)
+        return Api(self.server, token=cred.get("token"), key=key, org=default_org, timeout=timeout)
 
     @staticmethod
     def env_key() -> str | None:

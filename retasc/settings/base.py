@@ -293,6 +293,7 @@ if not RETASC_STRIPE_API_URL.startswith(("http://", "https://")):
 RETASC_SLACK_API_URL = env_str("RETASC_SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/"
 RETASC_DISCORD_API_URL = env_str("RETASC_DISCORD_API_URL", "https://discord.com/api/v10").rstrip("/")
 RETASC_TELEGRAM_API_URL = env_str("RETASC_TELEGRAM_API_URL", "https://api.telegram.org").rstrip("/")
+RETASC_LINEAR_API_URL = env_str("RETASC_LINEAR_API_URL", "https://api.linear.app/graphql")
 # Outgoing webhooks never go to loopback or private addresses unless this is on.
 RETASC_WEBHOOK_ALLOW_PRIVATE = env_bool("RETASC_WEBHOOK_ALLOW_PRIVATE", False)
 # How often the delivery worker looks for due messages (it is also woken after commit).

@@ -18,8 +18,9 @@ from apps.accounts.session import SESSION_ORG, switch_org
 from apps.core.errors import ServiceError, not_found
 from apps.dash.agent_configs import configs
 from apps.dash.context import dash_view
-from apps.dash.selectors import USAGE_WINDOW, keys_page, member_usage
+from apps.dash.selectors import USAGE_WINDOW, claimable_placeholders, keys_page, member_usage
 from apps.dash.views.common import field, no_store, page_with_error
+from apps.intake.imports import people
 from apps.issues.services import org_delete_as
 from apps.leases import revocation
 from apps.orgs import selectors as org_selectors
@@ -80,8 +81,14 @@ def project_rename(request, prefix: str):
 
 
 def _members_context(request) -> dict:
+    members = org_selectors.members_list(actor=request.actor, query=request.GET.get("q") or None)
+    mine = claimable_placeholders(actor=request.actor, email=request.user.email)
+    for m in members:
+        m["claimable"] = m["memberId"] in mine
     return {
-        "members": org_selectors.members_list(actor=request.actor, query=request.GET.get("q") or None),
+        "members": members,
+        "has_claimable": any(m["claimable"] for m in members),
+        "merge_targets": [m for m in members if m["status"] == "active"] if request.actor.is_owner else [],
         "q": request.GET.get("q", ""),
         "usage": member_usage(actor=request.actor),
         "usage_days": USAGE_WINDOW.days,
@@ -105,6 +112,28 @@ def member_action(request, member_id: int, action: str):
     except ServiceError as exc:
         return page_with_error(request, "dash/members.html", _members_context(request), exc)
     messages.success(request, str(done) % {"email": result["email"]})
+    return redirect("dash:members")
+
+
+@require_POST
+@dash_view
+def member_claim(request, member_id: int):
+    try:
+        result = people.placeholder_claim(actor=request.actor, placeholder=str(member_id))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/members.html", _members_context(request), exc)
+    messages.success(request, _("Claimed: that history is yours now (%(email)s).") % {"email": result.user.email})
+    return redirect("dash:members")
+
+
+@require_POST
+@dash_view
+def member_merge(request, member_id: int):
+    try:
+        result = people.placeholder_merge(actor=request.actor, placeholder=str(member_id), into=field(request, "into"))
+    except ServiceError as exc:
+        return page_with_error(request, "dash/members.html", _members_context(request), exc)
+    messages.success(request, _("Merged the placeholder into %(email)s.") % {"email": result.user.email})
     return redirect("dash:members")
 
 
