@@ -9,6 +9,7 @@ the same content type and the same JSON-RPC answer from both.
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 
@@ -78,9 +79,7 @@ def _send(url: str, key: str, body, headers: dict):
     drop = [name for name, value in headers.items() if value is None]
     sent = {name: value for name, value in headers.items() if value is not None}
     if drop:
-        # urllib cannot omit a header post() always sets: send it by hand without it.
-        import urllib.request
-
+        # post() always sets the version header: send this one by hand, without it.
         data = json.dumps(body).encode()
         base = {
             "Content-Type": "application/json",
