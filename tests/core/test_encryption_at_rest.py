@@ -86,6 +86,15 @@ def _sqlite_files() -> list[str]:
     return [p for p in (name, f"{name}-wal", f"{name}-shm", f"{name}-journal") if os.path.exists(p)]
 
 
+def _read_outside(path) -> bytes:
+    """The bytes of a file the test process's SQLite connections have open, read by another
+    process. Opening and closing it here would drop every POSIX lock this process holds on
+    it (fcntl locks are per process, not per descriptor): a live server's connection then
+    believes it is the last one, checkpoints and deletes the -wal and -shm files under ours,
+    and later connections fail with "disk I/O error"."""
+    return subprocess.run(["cat", str(path)], capture_output=True, check=True).stdout
+
+
 def _pg_rows_as_text() -> str:
     """Every row of every table in the schema, every column cast to text."""
     chunks = []
@@ -126,7 +135,7 @@ def test_database_holds_no_plaintext(tworld):
         files = _sqlite_files()
         assert files, "the test database is a file"
         for path in files:
-            raw = open(path, "rb").read()
+            raw = _read_outside(path)
             for needle in _needles(marker):
                 assert needle not in raw, f"plaintext found in {os.path.basename(path)}"
     else:
@@ -196,7 +205,7 @@ def test_deleting_an_org_shreds_its_content_even_in_backups(tworld, tmp_path):
     assert any(marker.encode() in _open(org_ref, a, b) for _, a, b in backup)
     if connection.vendor == "sqlite":
         files = _sqlite_files()
-        shutil.copyfile(files[0], tmp_path / "backup.sqlite3")
+        subprocess.run(["cp", files[0], str(tmp_path / "backup.sqlite3")], check=True)  # see _read_outside
     key_file = keystore.keystore_dir() / f"{org_ref}.key"
     assert key_file.exists()
 

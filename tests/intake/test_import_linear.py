@@ -21,7 +21,7 @@ from apps.issues.models import Activity, Comment, Issue, Relation
 from apps.orgs.models import Membership, Project
 from apps.orgs.services import actor_for_human, member_add, user_get_or_create
 from tests.conftest import new_issue
-from tests.core.test_encryption_at_rest import _needles, _pg_rows_as_text, _sqlite_files
+from tests.core.test_encryption_at_rest import _needles, _pg_rows_as_text, _read_outside, _sqlite_files
 from tests.fakes.linear import FakeLinear, LinearData
 
 KEY = "lin_api_testkey"
@@ -102,7 +102,7 @@ def test_two_thousand_issues_resume_reconcile_and_claim(tworld, linear, caplog):
     # No plaintext at rest (titles, descriptions, comments), and the key is nowhere.
     marker = "LINSECRETENG7."
     if connection.vendor == "sqlite":
-        raw = b"".join(open(p, "rb").read() for p in _sqlite_files())
+        raw = b"".join(_read_outside(p) for p in _sqlite_files())
     else:
         raw = _pg_rows_as_text().encode()
     for needle in _needles(marker) + _needles("Comment 1 on ENG-7") + _needles(KEY):
