@@ -9,6 +9,7 @@ import pytest
 from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from apps.intake import tasks
 from apps.intake.models import ImportJob
 from apps.issues.models import Issue
 from apps.orgs.models import Membership
@@ -24,6 +25,14 @@ def _fresh_rate_limits():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def worker_runs_queued_imports(monkeypatch):
+    """With REDIS_URL set (the scaled suite) a started import goes to Celery, and no worker
+    runs in these tests: the task runs where it is queued, as a worker would run it (the
+    Linear key sealed in the row included)."""
+    monkeypatch.setattr(tasks.import_task, "delay", lambda job_id: tasks.import_task.run(job_id))
 
 
 @pytest.fixture
