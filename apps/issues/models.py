@@ -116,6 +116,8 @@ class Issue(models.Model):
             models.Index(fields=["org", "sla_next_at"], condition=Q(sla_next_at__isnull=False), name="issue_sla_next"),
             models.Index(fields=["org"], condition=Q(rank_dirty=True), name="issue_rank_dirty"),
             models.Index(fields=["org", "status"], name="issue_org_status"),
+            # list_issues without a query: newest first, the cursor on (created_at, id).
+            models.Index(fields=["org", "-created_at", "-id"], name="issue_org_recent"),
         ]
 
     def __str__(self) -> str:
