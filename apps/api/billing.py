@@ -18,9 +18,10 @@ from rest_framework.views import APIView
 
 from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, SessionOrgAuthentication
 from apps.api.export import _stream
+from apps.api.parsers import body_fields
 from apps.api.views import FirstRenderer
 from apps.billing import selectors, services
-from apps.core.errors import invalid, unknown_argument
+from apps.core.errors import invalid
 from apps.core.unit import metered_read
 from apps.devices.auth import PersonalTokenAuthentication
 
@@ -33,16 +34,6 @@ class BillingView(APIView):
     throttle_classes = [KeyRateThrottle]
 
 
-def _body(request, allowed: tuple[str, ...]) -> dict:
-    data = request.data
-    if not isinstance(data, dict):
-        raise invalid("body", "The request body must be a JSON object.")
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise unknown_argument(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(allowed)}.")
-    return data
-
-
 def _filters(request) -> dict:
     return {name: request.query_params.get(name) for name in ("key", "runtime", "tier")}
 
@@ -51,7 +42,7 @@ class Cap(BillingView):
     """PUT {"capMicros": <int> | null}: set or clear the monthly cap (owners; a receipt)."""
 
     def put(self, request):
-        data = _body(request, ("capMicros",))
+        data = body_fields(request.data, ("capMicros",))
         if "capMicros" not in data:
             raise invalid("capMicros", "capMicros is required: micro-dollars, or null to clear the cap.")
         return Response(services.billing_cap_set(actor=request.auth, cap_micros=data["capMicros"]))
@@ -96,6 +87,6 @@ class Topups(BillingView):
     """POST {"amount": 10 | 25 | 50 | 100}: start a Stripe Checkout; answers {sessionId, url}."""
 
     def post(self, request):
-        data = _body(request, ("amount",))
+        data = body_fields(request.data, ("amount",))
         answer = services.topup_checkout(actor=request.auth, amount_dollars=data.get("amount"))
         return Response(answer, status=201)

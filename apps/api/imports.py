@@ -14,7 +14,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from apps.api.parsers import BoundedJSONParser
+from apps.api.parsers import BoundedJSONParser, body_fields
 from apps.api.schema import ref
 from apps.api.views import ApiView
 from apps.core.errors import invalid
@@ -50,9 +50,7 @@ class Imports(ApiView):
         upload = request.FILES.get("file") if hasattr(request, "FILES") else None
         data = request.data
         if upload is not None or request.content_type.startswith(("multipart/", "application/x-www-form-urlencoded")):
-            unknown = sorted(set(data.keys()) - set(_FORM_FIELDS))
-            if unknown:
-                raise invalid(unknown[0], f"Unknown field {unknown[0]!r}; a file import takes source and file.")
+            body_fields(data, _FORM_FIELDS)
             job = import_start(
                 actor=request.auth,
                 source=data.get("source"),
@@ -60,11 +58,7 @@ class Imports(ApiView):
                 filename=getattr(upload, "name", None),
             )
         else:
-            if not isinstance(data, dict):
-                raise invalid("body", "The request body must be a JSON object.")
-            unknown = sorted(set(data) - set(_JSON_FIELDS))
-            if unknown:
-                raise invalid(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(_JSON_FIELDS)}.")
+            body_fields(data, _JSON_FIELDS)
             if data.get("source") in ("retasc", "beads"):
                 raise invalid("file", f"A {data['source']} import is a multipart upload with the file in field file.")
             job = import_start(actor=request.auth, source=data.get("source"), api_key=data.get("apiKey"), teams=data.get("teams"))
@@ -105,11 +99,6 @@ class MemberMerge(ApiView):
         responses={200: OpenApiTypes.OBJECT, **_ERRORS},
     )
     def post(self, request, member_id):
-        data = request.data if isinstance(request.data, dict) else None
-        if data is None:
-            raise invalid("body", "The request body must be a JSON object.")
-        unknown = sorted(set(data) - {"into"})
-        if unknown:
-            raise invalid(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes into.")
+        data = body_fields(request.data, ("into",))
         membership = people.placeholder_merge(actor=request.auth, placeholder=member_id, into=data.get("into"))
         return Response(member_shape(membership))

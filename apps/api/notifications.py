@@ -10,27 +10,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
+from apps.api.parsers import body_fields
 from apps.api.schema import ref
 from apps.api.views import ApiView
-from apps.core.errors import invalid, unknown_argument
 from apps.notifications import selectors, services
-
-
-def _body(request, allowed: tuple, required: tuple = ()) -> dict:
-    data = request.data if isinstance(request.data, dict) else None
-    if data is None:
-        raise invalid("body", "The request body must be a JSON object.")
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        raise unknown_argument(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {', '.join(allowed)}.")
-    for name in required:
-        if data.get(name) in (None, ""):
-            raise invalid(name, f"{name} is required.")
-    for name in allowed:
-        if name != "events" and data.get(name) is not None and not isinstance(data[name], str):
-            raise invalid(name, f"{name} must be a string.")
-    return data
-
 
 _ERRORS = {code: ref("Error") for code in (400, 401, 403, 404, 409)}
 
@@ -53,7 +36,7 @@ class Channels(ApiView):
         responses={201: OpenApiTypes.OBJECT, **_ERRORS},
     )
     def post(self, request):
-        data = _body(request, ("kind", "botToken", "signingSecret", "publicKey"), ("kind",))
+        data = body_fields(request.data, ("kind", "botToken", "signingSecret", "publicKey"), ("kind",))
         channel = services.channel_create(
             actor=request.auth,
             kind=data["kind"],
@@ -95,7 +78,7 @@ class MyBindings(ApiView):
         responses={201: OpenApiTypes.OBJECT, **_ERRORS},
     )
     def post(self, request):
-        data = _body(request, ("channelId",), ("channelId",))
+        data = body_fields(request.data, ("channelId",), ("channelId",))
         channel = services.channel_get(org_id=request.auth.org.pk, channel_id=data["channelId"])
         if channel.kind == "email":
             binding = services.binding_email(actor=request.auth, channel_id=channel.pk)
@@ -135,7 +118,7 @@ class Webhooks(ApiView):
         responses={201: OpenApiTypes.OBJECT, **_ERRORS},
     )
     def post(self, request):
-        data = _body(request, ("url", "events"), ("url", "events"))
+        data = body_fields(request.data, ("url", "events"), ("url", "events"))
         hook, secret = services.webhook_create(actor=request.auth, url=data["url"], events=data["events"])
         return Response({"webhookId": str(hook.pk), "secret": secret, "events": hook.events}, status=201)
 

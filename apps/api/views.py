@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, SessionOrgAuthentication
+from apps.api.parsers import body_fields
 from apps.api.schema import ARGS, QUERY_ARGS, body_schema, ref
 from apps.billing import usage
 from apps.core.errors import ServiceError, invalid, unknown_argument
@@ -71,12 +72,7 @@ def _json_body(request, op: Op) -> dict:
     data = request.data
     if data is None or data == {}:
         data = {}
-    if not isinstance(data, dict):
-        raise invalid("body", "The request body must be a JSON object.")
-    unknown = sorted(set(data) - set(op.body))
-    if unknown:
-        allowed = ", ".join(op.body) or "nothing"
-        raise unknown_argument(unknown[0], f"Unknown field {unknown[0]!r}; this endpoint takes {allowed}.")
+    body_fields(data, op.body)
     for name in op.required:
         if data.get(name) is None:
             raise invalid(name, f"{name} is required.")
