@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 
 from tests.conftest import new_issue
+from tests.dash.live import chromium
 
 
 def signed_in(user, *, csrf: bool = False) -> Client:
@@ -33,3 +34,10 @@ def dash(world):
         issue_a=issue_a,
         issue_b=issue_b,
     )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium per test module (the browser tests: tests.dash.live)."""
+    with chromium() as browser:
+        yield browser

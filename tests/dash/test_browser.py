@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.dash.live import browser_marks, chromium, mcp_call, start
+from tests.dash.live import browser_marks, mcp_call, start
 
 pytestmark = browser_marks()
 
@@ -25,12 +25,6 @@ except ImportError:  # pragma: no cover - depends on the machine
     expect = None
 
 PASSWORD = "correct-horse-battery-9"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tests.conftest import new_issue
-from tests.dash.live import browser_marks, chromium, signed_in_page, start
+from tests.dash.live import browser_marks, signed_in_page, start
 
 pytestmark = browser_marks()
 
@@ -20,12 +20,6 @@ try:
     from playwright.sync_api import expect
 except ImportError:  # pragma: no cover - depends on the machine
     expect = None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
 
 
 @pytest.fixture
