@@ -17,7 +17,6 @@ from rest_framework.response import Response
 from apps.api.parsers import BoundedJSONParser, body_fields
 from apps.api.schema import ref
 from apps.api.views import ApiView
-from apps.core.errors import invalid
 from apps.intake.imports import people
 from apps.intake.imports.services import import_get, import_list, import_shape, import_start
 from apps.orgs.selectors import member_shape
@@ -59,8 +58,6 @@ class Imports(ApiView):
             )
         else:
             body_fields(data, _JSON_FIELDS)
-            if data.get("source") in ("retasc", "beads"):
-                raise invalid("file", f"A {data['source']} import is a multipart upload with the file in field file.")
             job = import_start(actor=request.auth, source=data.get("source"), api_key=data.get("apiKey"), teams=data.get("teams"))
         job.refresh_from_db(fields=["status"])
         return Response({"importId": str(job.pk), "status": job.status}, status=202)
