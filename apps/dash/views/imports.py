@@ -9,12 +9,13 @@ from __future__ import annotations
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.core.errors import ServiceError, invalid
+from apps.core.errors import ServiceError
 from apps.dash.context import dash_view
 from apps.dash.views.common import csv, field, page_with_error
 from apps.intake.imports.services import import_get, import_list, import_shape, import_start
+from apps.intake.models import ImportSource
 
-FILE_SOURCES = ("retasc", "beads")
+FILE_SOURCES = tuple(s for s in ImportSource.values if s != ImportSource.LINEAR)
 
 
 def _context(request, **extra) -> dict:
@@ -48,10 +49,10 @@ def import_linear(request):
 def import_file(request):
     source = field(request, "source")
     upload = request.FILES.get("file")
-    try:
-        if upload is None:
-            raise invalid("file", "Choose a file to import.")
-        job = import_start(actor=request.actor, source=source, upload=upload.read(), filename=upload.name)
+    try:  # no file: import_start refuses it (field file)
+        job = import_start(
+            actor=request.actor, source=source, upload=upload.read() if upload else None, filename=getattr(upload, "name", None)
+        )
     except ServiceError as exc:
         return _failed(request, exc, source=source)
     return redirect("dash:import", import_id=import_shape(job)["importId"])
