@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,12 +28,45 @@ import time
 from bench.common import PY, ROOT, Instance, new_instance, pg_admin, pg_drop, pg_url, print_header, seed
 
 
+def _backend_pid(connection) -> int | None:
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return cur.fetchone()[0]
+
+
+def _prepared(connection) -> dict | None:
+    """How many statements this connection has prepared, and the plans they used."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*), coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) FROM pg_prepared_statements"
+        )
+        n, generic, custom = cur.fetchone()
+    return {"count": n, "generic_plans": int(generic), "custom_plans": int(custom)}
+
+
+def _pid_cpu(pid: int | None) -> float | None:
+    """utime + stime of a local process, in seconds (None if it cannot be read)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_main(argv) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--key", required=True)
     p.add_argument("--loops", type=int, default=200)
     p.add_argument("--cprofile", type=int, default=0)
     p.add_argument("--statements", action="store_true")
+    p.add_argument("--http", action="store_true")
     o = p.parse_args(argv)
     import django
 
@@ -51,6 +85,21 @@ def measure_main(argv) -> None:
         cpu[name] += time.process_time() - t0
         return result
 
+    if o.http:
+        from django.test import Client
+
+        client = Client(HTTP_AUTHORIZATION=f"Bearer {o.key}", HTTP_HOST="127.0.0.1")
+
+        def post(path, body, method="post"):
+            r = getattr(client, method)(path, body, content_type="application/json")
+            assert r.status_code == 200, (r.status_code, r.content[:300])
+            return json.loads(r.content)
+
+        def one_http():
+            got = timed("next_issue", lambda: post("/api/v1/work/next", {}))
+            ident = got["issue"]["identifier"]
+            timed("done", lambda: post(f"/api/v1/issues/{ident}", {"status": "done", "claimToken": got["claimToken"]}, "patch"))
+
     def one():
         actor = timed("auth", lambda: agent_key_authenticate(o.key))
         got = timed("next_issue", lambda: ops.next_issue(actor))
@@ -60,6 +109,8 @@ def measure_main(argv) -> None:
             lambda: ops.save_issue(actor, identifier=got["issue"]["identifier"], status="done", claimToken=got["claimToken"]),
         )
 
+    if o.http:  # the same loop through Django, DRF and the API views (Django's test client)
+        one = one_http
     for _ in range(5):  # warm: pool, caches, the first compiled statements
         one()
     with CaptureQueriesContext(connection) as q:
@@ -82,15 +133,25 @@ def measure_main(argv) -> None:
     steps = ["auth"] * marks[1] + ["next_issue"] * (marks[2] - marks[1]) + ["auth"] * (marks[3] - marks[2])
     steps += ["done"] * (marks[4] - marks[3])
     cpu = dict.fromkeys(cpu, 0.0)
+    backend = _backend_pid(connection)
+    pg0 = _pid_cpu(backend)
     t0 = time.perf_counter()
     for _ in range(o.loops):
         one()
     wall = time.perf_counter() - t0
+    pg1 = _pid_cpu(backend) if backend == _backend_pid(connection) else None
     out = {
         "loops": o.loops,
         "cpu_ms": {k: round(1000 * v / o.loops, 2) for k, v in cpu.items()},
         "cpu_ms_per_claim_and_done": round(1000 * sum(cpu.values()) / o.loops, 2),
         "wall_ms_per_claim_and_done": round(1000 * wall / o.loops, 2),
+        # The PostgreSQL backend serving this process's connection (same machine), over
+        # the same loops: the database's side of the cost.
+        "pg_backend_cpu_ms_per_claim_and_done": (
+            round(1000 * (pg1 - pg0) / o.loops, 2) if pg0 is not None and pg1 is not None else None
+        ),
+        "server_side_binding": bool(connection.settings_dict["OPTIONS"].get("server_side_binding")),
+        "prepared_statements": _prepared(connection),
         "sql_statements": statements,
     }
     if o.statements:
@@ -138,6 +199,7 @@ def main() -> int:
     p.add_argument("--cprofile", type=int, default=0, help="also cProfile this many loops (CPU time)")
     p.add_argument("--statements", action="store_true", help="print the statements of one claim + finish")
     p.add_argument("--database", help="run on this PostgreSQL database (dropped and created afresh)")
+    p.add_argument("--http", action="store_true", help="loop through the HTTP API (Django's test client, no server)")
     o = p.parse_args()
     print_header("Retasc claim profile")
     inst = _named_instance(o.database) if o.database else new_instance("postgres")
@@ -146,6 +208,8 @@ def main() -> int:
         args = ["--key", s["keys"][0]["key"], "--loops", str(o.loops), "--cprofile", str(o.cprofile)]
         if o.statements:
             args.append("--statements")
+        if o.http:
+            args.append("--http")
         proc = subprocess.run(
             [PY, "-m", "bench.profile_claim", "measure", *args],
             cwd=ROOT,

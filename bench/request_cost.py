@@ -58,7 +58,18 @@ def reset_schema(db_url: str) -> None:
         conn.execute("CREATE SCHEMA public")
 
 
-def tree_env(tree: Path, db_url: str, data_dir: str, base: str) -> dict:
+class Tree:
+    """A checkout to measure, with extra environment for its server: ``PATH`` or
+    ``PATH+NAME=VALUE+NAME=VALUE`` (the same code under two settings)."""
+
+    def __init__(self, spec: str):
+        path, *pairs = spec.split("+")
+        self.path = Path(path).resolve()
+        self.env = dict(pair.split("=", 1) for pair in pairs)
+        self.name = "+".join([self.path.name, *pairs])
+
+
+def tree_env(tree: Tree, db_url: str, data_dir: str, base: str) -> dict:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "retasc.settings.base",
@@ -69,20 +80,21 @@ def tree_env(tree: Path, db_url: str, data_dir: str, base: str) -> dict:
         "RETASC_INPROCESS_JOBS": "false",
         "RETASC_LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": str(tree),
+        "PYTHONPATH": str(tree.path),
     }
     env.pop("REDIS_URL", None)
+    env.update(tree.env)
     return env
 
 
-def prepare(tree: Path, db_url: str, issues: int, agents: int) -> tuple[dict, str]:
+def prepare(tree: Tree, db_url: str, issues: int, agents: int) -> tuple[dict, str]:
     reset_schema(db_url)
     data_dir = tempfile.mkdtemp(prefix="retasc-request-cost-")
     env = tree_env(tree, db_url, data_dir, "http://127.0.0.1:8000")
-    py = str(tree / ".venv" / "bin" / "python")
+    py = str(tree.path / ".venv" / "bin" / "python")
 
     def manage(*args):
-        out = subprocess.run([py, "manage.py", *args], cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+        out = subprocess.run([py, "manage.py", *args], cwd=tree.path, env=env, capture_output=True, text=True, timeout=900)
         if out.returncode:
             raise RuntimeError(out.stdout + out.stderr)
         return out.stdout
@@ -105,13 +117,13 @@ def prepare(tree: Path, db_url: str, issues: int, agents: int) -> tuple[dict, st
     return seeded, data_dir
 
 
-def start(tree: Path, db_url: str, data_dir: str) -> tuple[subprocess.Popen, str]:
+def start(tree: Tree, db_url: str, data_dir: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open(os.path.join(data_dir, "daphne.log"), "ab")  # noqa: SIM115
     proc = subprocess.Popen(
-        [str(tree / ".venv" / "bin" / "daphne"), "-b", "127.0.0.1", "-p", str(port), "retasc.asgi:application"],
-        cwd=tree,
+        [str(tree.path / ".venv" / "bin" / "daphne"), "-b", "127.0.0.1", "-p", str(port), "retasc.asgi:application"],
+        cwd=tree.path,
         env=tree_env(tree, db_url, data_dir, base),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -295,6 +307,7 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
         "pairs": pairs,
         "cpu_ms_per_pair": round((cpu_seconds(pid) - c0[0]) * 1000 / pairs, 2),
         "seconds": round(seconds, 2),
+        "pairs_per_s": round(pairs / seconds, 1),  # includes the MCP handshakes
     }
     if profile:
         cells["mcp_pair"]["profile"] = profile
@@ -326,7 +339,12 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
             return time.monotonic() - t0
 
     (spent, seconds), profile = profiled(pid, "http_pair", o, lambda: measured(pid, lambda: asyncio.run(http_pairs())))
-    cells["http_pair"] = {"pairs": pairs, "cpu_ms_per_pair": round(spent * 1000 / pairs, 2), "seconds": round(seconds, 2)}
+    cells["http_pair"] = {
+        "pairs": pairs,
+        "cpu_ms_per_pair": round(spent * 1000 / pairs, 2),
+        "seconds": round(seconds, 2),
+        "pairs_per_s": round(pairs / seconds, 1),
+    }
     if profile:
         cells["http_pair"]["profile"] = profile
     cells["errors"] = errors[:10]
@@ -334,7 +352,7 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
     return cells
 
 
-def one_run(tree: Path, o) -> dict:
+def one_run(tree: Tree, o) -> dict:
     seeded, data_dir = prepare(tree, o.db_url, o.pairs * 2 + 50, o.agents)
     keys = [k["key"] for k in seeded["keys"]]
     proc, base = start(tree, o.db_url, data_dir)
@@ -353,7 +371,12 @@ def one_run(tree: Path, o) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--db-url", required=True, help="a PostgreSQL database this bench may empty")
-    p.add_argument("--trees", default=str(ROOT), help="checkouts to compare, comma-separated (each with its .venv)")
+    p.add_argument(
+        "--trees",
+        default=str(ROOT),
+        help="checkouts to compare, comma-separated (each with its .venv); PATH+NAME=VALUE adds "
+        "environment to that checkout's server (the same checkout under two settings)",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--agents", type=int, default=8)
     p.add_argument("--requests", type=int, default=800, help="ping, tools/list and whoami requests per cell")
@@ -362,7 +385,7 @@ def main() -> int:
     p.add_argument("--json-out")
     o = p.parse_args()
     print_header("Server CPU per request (one Daphne, PostgreSQL)")
-    trees = [Path(t).resolve() for t in o.trees.split(",")]
+    trees = [Tree(t) for t in o.trees.split(",")]
     results = []
     for rnd in range(o.rounds):
         order = trees if rnd % 2 == 0 else list(reversed(trees))

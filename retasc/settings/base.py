@@ -170,6 +170,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL
     # A pooled connection is checked before it is handed out: after a database restart
     # the pool replaces dead connections instead of failing a request with one.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# PostgreSQL: statements are sent with their parameters apart (server-side binding), and
+# one a connection has run five times is prepared, so the database parses and plans it
+# once per connection instead of every time. A claim + finish costs the database about
+# a third of the CPU it costs with client-side binding (docs/benchmarks.md). Set
+# RETASC_DB_PREPARED=false behind a pooler in transaction mode that cannot keep prepared
+# statements (PgBouncer before 1.21), which also goes back to client-side binding.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("RETASC_DB_PREPARED", True):
+    DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

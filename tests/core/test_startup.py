@@ -224,6 +224,29 @@ def test_one_off_commands_run_without_a_pool(tmp_path):
     assert asked.stdout.strip().splitlines()[-1:] == ["pool=True"], asked.stderr
 
 
+PREPARED_PROBE = (
+    "from django.conf import settings; o = settings.DATABASES['default']['OPTIONS']; "
+    "print('prepared=' + str(o.get('server_side_binding')) + ',' + str(o.get('prepare_threshold')))"
+)
+
+
+def test_postgres_statements_are_prepared_unless_turned_off(tmp_path):
+    def probe(**extra):
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", PREPARED_PROBE],
+            cwd=BASE,
+            env=_pool_env(tmp_path, **extra),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return done.stdout.strip().splitlines()[-1:], done.stderr
+
+    assert probe()[0] == ["prepared=True,5"], probe()[1]
+    # Behind a pooler that cannot keep prepared statements: client-side binding, as Django's default.
+    assert probe(RETASC_DB_PREPARED="false")[0] == ["prepared=None,None"]
+
+
 def test_the_server_settings_have_a_pool(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", f"import django; django.setup(); {POOL_PROBE}"],

@@ -19,7 +19,7 @@ from apps.issues.models import Activity, Claim, Issue
 from apps.issues.ranking import ranks_refresh
 from apps.orgs.services import agent_key_authenticate
 from apps.tools import operations as ops
-from tests.conftest import is_postgres, new_issue
+from tests.conftest import is_postgres, needs_postgres, new_issue
 
 # auth 1; next_issue 7 (BEGIN, project lock with the rank catch-up check, pick with the
 # cap count, claim row + issue mark, org row, ledger + receipt + counters with the
@@ -103,3 +103,31 @@ def test_a_pull_that_finds_ranks_to_catch_up_redoes_itself_once(tworld):
     assert list(Activity.objects.filter(org=w.org, verb="claimed").values_list("issue_id", flat=True)) == [late.pk]
     assert not Issue.objects.filter(org=w.org, rank_dirty=True).exists()
     assert chain.verify_org(w.org) is None
+
+
+@needs_postgres
+def test_the_cycles_statements_are_prepared_on_postgres(tworld):
+    """Server-side binding with psycopg's prepared statements (settings, RETASC_DB_PREPARED):
+    after a few cycles PostgreSQL plans a claim + finish from prepared statements instead
+    of parsing and planning every statement anew. With client-side binding (Django's
+    default) nothing is ever prepared and this fails."""
+    w = tworld
+    for n in range(12):
+        new_issue(w.a, f"work {n}")
+    for _ in range(7):  # psycopg prepares a statement on its fifth run on a connection
+        cycle(w)
+
+    def plans():
+        with connection.cursor() as cur:
+            cur.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements")
+            return dict(cur.fetchall())
+
+    before = plans()
+    cycle(w)
+    after = plans()
+    assert any("pg_advisory_xact_lock" in s for s in after), "the pick was not prepared"
+    assert any('INSERT INTO "billing_ledgerentry"' in s for s in after), "the receipt and ledger write was not prepared"
+    ran_prepared = [s for s, n in after.items() if n > before.get(s, 0)]
+    # The key checks, the project lock, the pick, the claim, the org row, the writes, the
+    # finish: at least nine of the cycle's thirteen statements besides BEGIN and COMMIT.
+    assert len(ran_prepared) >= 9, ran_prepared
