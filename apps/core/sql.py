@@ -9,6 +9,8 @@ SQLite and PostgreSQL. Keep this module small: only statements with a measured c
 
 from __future__ import annotations
 
+import json
+
 from django.db import connection
 
 
@@ -118,10 +120,23 @@ def run(parts: list[tuple[str, list]], *, read: tuple[str, list] | None = None):
         return cur.fetchone() if read is not None else None
 
 
+# Longer key lists go as one parameter: with server-side binding a PostgreSQL statement
+# carries at most 65,535 parameters (apps.core.postgresql), SQLite's at most 32,766, and
+# a whole org's due SLA escalations can name more issues than that.
+ARRAY_PAST = 1000
+
+
 def marks(model, pks) -> tuple[str, list]:
-    """``%s, %s, ...`` and the prepared primary keys, for ``pk IN (...)``."""
-    prep = model._meta.pk.get_db_prep_value
-    return ", ".join(["%s"] * len(pks)), [prep(pk, connection) for pk in pks]
+    """What goes inside ``pk IN (...)`` and its parameters: ``%s, %s, ...`` and the
+    prepared primary keys, or past ``ARRAY_PAST`` keys one parameter (an array on
+    PostgreSQL, a JSON array on SQLite) turned into rows."""
+    pk = model._meta.pk
+    values = [pk.get_db_prep_value(v, connection) for v in pks]
+    if len(values) <= ARRAY_PAST:
+        return ", ".join(["%s"] * len(values)), values
+    if connection.vendor == "postgresql":
+        return f"SELECT unnest(%s::{pk.db_type(connection)}[])", [values]
+    return "SELECT value FROM json_each(%s)", [json.dumps(values)]
 
 
 def select_for_update(model, pk, names: list[str], *, writes: list[tuple[str, list]] = ()) -> tuple | None:

@@ -137,14 +137,15 @@ def ranks_refresh(*, org_id, issue_ids=(), now=None) -> int:
             kids[source].append(target)
             if target not in nodes:
                 outside.add(target)
-        fixed = (
-            {
-                row[0]: (row[1], row[2])
-                for row in Issue.objects.filter(pk__in=outside).values_list("id", "effective_rank", "status")
-            }
-            if outside
-            else {}
-        )
+        fixed = {}
+        if outside:
+            in_outside, outside_params = sql.marks(Issue, list(outside))
+            fixed_row = sql.converter(Issue, ["id", "effective_rank", "status"])
+            with connection.cursor() as cur:
+                cur.execute(
+                    f"SELECT id, effective_rank, status FROM {Issue._meta.db_table} WHERE id IN ({in_outside})", outside_params
+                )
+                fixed = {row[0]: (row[1], row[2]) for row in map(fixed_row, cur.fetchall())}
         eff: dict = {}
         for node in _postorder(nodes, kids):
             best = nodes[node][0]

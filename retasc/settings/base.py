@@ -177,6 +177,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL
 # RETASC_DB_PREPARED=false behind a pooler in transaction mode that cannot keep prepared
 # statements (PgBouncer before 1.21), which also goes back to client-side binding.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool("RETASC_DB_PREPARED", True):
+    DATABASES["default"]["ENGINE"] = "apps.core.postgresql"  # batches within the protocol's 65,535 parameters
     DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 

@@ -10,6 +10,7 @@ refresh would leave them.
 
 from __future__ import annotations
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -131,3 +132,20 @@ def test_the_cycles_statements_are_prepared_on_postgres(tworld):
     # The key checks, the project lock, the pick, the claim, the org row, the writes, the
     # finish: at least nine of the cycle's thirteen statements besides BEGIN and COMMIT.
     assert len(ran_prepared) >= 9, ran_prepared
+
+
+@needs_postgres
+@pytest.mark.django_db
+def test_a_bulk_insert_past_the_protocols_parameter_limit_goes_out_in_batches(world):
+    """Server-side binding carries at most 65,535 parameters per statement; a bulk insert
+    larger than that (22,000 search rows of 3 columns: 66,000 values) is split by the
+    backend (apps.core.postgresql) instead of failing."""
+    from apps.issues.models import SearchTerm
+
+    issue = new_issue(world.a, "many terms")
+    before = SearchTerm.objects.count()
+    rows = [SearchTerm(org_id=world.org.pk, issue_id=issue.pk, term=n.to_bytes(16, "big")) for n in range(22_000)]
+    with CaptureQueriesContext(connection) as q:
+        SearchTerm.objects.bulk_create(rows)
+    assert SearchTerm.objects.count() == before + 22_000
+    assert len([c for c in q.captured_queries if c["sql"].startswith('INSERT INTO "issues_searchterm"')]) == 2

@@ -87,7 +87,7 @@ def _admin_url(name: str) -> str:
 
 @pytest.fixture
 def target(django_db_setup, tmp_path):
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         yield Target(f"sqlite:///{tmp_path / 'target' / 'retasc.sqlite3'}", tmp_path / "target")
         return
     name = f"retasc_ops_{uuid.uuid4().hex[:12]}"
