@@ -190,7 +190,7 @@ if REDIS_URL:
     # Shared by every server process: API rate limits hold across the load balancer.
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "apps.core.cache.SharedRedisCache",  # one pool per process (apps.core.cache)
             "LOCATION": REDIS_URL,
             # Short timeouts: a Redis outage degrades rate limits, never hangs requests.
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},

@@ -125,7 +125,7 @@ def test_rate_limiter_store_down_fails_open(owner, settings):
     # Changing CACHES through the settings fixture rebuilds the cache handlers.
     settings.CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "apps.core.cache.SharedRedisCache",
             "LOCATION": "redis://127.0.0.1:9/0",  # nothing listens on the discard port
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
