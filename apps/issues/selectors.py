@@ -83,7 +83,7 @@ def _issue_by_prefix(*, actor: Actor, prefix: str, number: int, lock: bool) -> I
         )
         joins = f" LEFT JOIN {Claim._meta.db_table} lc ON lc.id = i.lease_claim_id AND lc.issue_id = i.id"
     query = (
-        f"SELECT i.*{extra} FROM {issue_t} i JOIN {project_t} p ON p.id = i.project_id{joins}"
+        f"SELECT {sql.columns(Issue, 'i')}{extra} FROM {issue_t} i JOIN {project_t} p ON p.id = i.project_id{joins}"
         " WHERE i.org_id = %s AND p.prefix = %s AND i.number = %s"
     )
     if lock and connection.vendor == "postgresql":

@@ -116,8 +116,11 @@ def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool, with_held: boo
     if with_held and actor.key_id:
         held, held_params = _live_claims_query(actor.limit_key_id, now)
         held = f", ({held}) AS held_claims"
-    sql = (
-        f"SELECT i.*{held} FROM {issue_t} i"
+    # Columns by name, never ``i.*``: a prepared statement whose row type changes fails
+    # ("cached plan must not change result type") once a migration adds a column, and
+    # old processes keep running through an upgrade's migrate (deploy/README.md).
+    query = (
+        f"SELECT {sql.columns(Issue, 'i')}{held} FROM {issue_t} i"
         " WHERE i.project_id = %s AND i.work AND NOT i.awaiting_triage"
         f" AND i.status IN ({_sql_list(DISPATCHABLE)})"
         " AND (i.lease_expires_at IS NULL OR i.lease_expires_at <= %s)"
@@ -128,10 +131,10 @@ def _pick(*, actor: Actor, project_id: int, now, all_lanes: bool, with_held: boo
     params = [*held_params, project_id]
     params += [Issue._meta.get_field("lease_expires_at").get_db_prep_value(now, connection), actor.principal_id]
     if not all_lanes:
-        sql += " AND (i.assignee_id IS NULL OR i.assignee_id = %s)"
+        query += " AND (i.assignee_id IS NULL OR i.assignee_id = %s)"
         params.append(actor.principal_id)
-    sql += " ORDER BY i.dispatch_rank, i.created_at, i.number LIMIT 1"
-    for issue in Issue.objects.raw(sql, params):
+    query += " ORDER BY i.dispatch_rank, i.created_at, i.number LIMIT 1"
+    for issue in Issue.objects.raw(query, params):
         issue.project = actor.project
         return issue
     return None

@@ -149,3 +149,37 @@ def test_a_bulk_insert_past_the_protocols_parameter_limit_goes_out_in_batches(wo
         SearchTerm.objects.bulk_create(rows)
     assert SearchTerm.objects.count() == before + 22_000
     assert len([c for c in q.captured_queries if c["sql"].startswith('INSERT INTO "issues_searchterm"')]) == 2
+
+
+@needs_postgres
+def test_prepared_statements_survive_a_column_added_by_a_migration(tworld):
+    """An upgrade migrates while the old processes still serve (deploy/README.md). A
+    prepared ``SELECT i.*`` fails for good once its table gains a column ("cached plan
+    must not change result type"); the cycle's statements name their columns instead."""
+    import psycopg
+    from django.conf import settings
+
+    w = tworld
+    for n in range(12):
+        new_issue(w.a, f"work {n}")
+    for _ in range(6):
+        cycle(w)  # prepared by now (the test above)
+    db = settings.DATABASES["default"]
+    other = psycopg.connect(
+        host=db["HOST"] or None,
+        port=db["PORT"] or None,
+        user=db["USER"] or None,
+        dbname=connection.settings_dict["NAME"],
+        autocommit=True,
+    )
+    try:
+        for table in ("issues_issue", "leases_claim", "orgs_org", "orgs_agentkey", "issues_activity"):
+            other.execute(f"ALTER TABLE {table} ADD COLUMN upgrade_probe integer DEFAULT 0")
+        got, done, _, _ = cycle(w)
+        assert done["status"] == "done"
+        again = ops.get_issue(agent_key_authenticate(w.owner_agent.raw), identifier=got["issue"]["identifier"])
+        assert again["status"] == "done"
+    finally:
+        for table in ("issues_issue", "leases_claim", "orgs_org", "orgs_agentkey", "issues_activity"):
+            other.execute(f"ALTER TABLE {table} DROP COLUMN IF EXISTS upgrade_probe")
+        other.close()
