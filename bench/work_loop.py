@@ -538,7 +538,13 @@ async def main_async(o) -> int:
                             pgb_paired = pgbench(n).get("claims_per_s")
                         paired = await raw_paired(n)
                     runner = run_http if transport == "http" else run_mcp
-                    st = await runner(server.base, keys, n, o.budget, o.seconds)
+                    cell_keys = keys
+                    if label == "16 projects" and transport == "mcp":
+                        # Key k works project k % 16: start MCP's cells on the projects
+                        # HTTP's small cells touched least (in --quick, HTTP's 1-agent cell
+                        # drains its one project, and MCP's would find it empty).
+                        cell_keys = keys[8:] + keys[:8]
+                    st = await runner(server.base, cell_keys, n, o.budget, o.seconds)
                     if spy:
                         try:
                             spy.wait(o.seconds + 30)
