@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 
-from bench.common import PY, ROOT, new_instance, print_header, seed
+from bench.common import ROOT, new_instance, print_header, run_measure, seed
 
 
 def measure_main(argv) -> None:
@@ -30,9 +29,9 @@ def measure_main(argv) -> None:
 
     django.setup()
     from apps.issues.chain import check_org, check_org_cached, forget_verified
+    from apps.issues.services import label_save
     from apps.orgs.actor import Actor
     from apps.orgs.models import Org
-    from apps.orgs.services import label_save
 
     org = Org.objects.get(slug=o.org)
 
@@ -75,18 +74,7 @@ def main() -> int:
     inst = new_instance("postgres")
     try:
         seed(inst, projects=["BENCH"], issues=10, activity=o.activity)
-        proc = subprocess.run(
-            [PY, "-m", "bench.chain_check", "measure", "--org", inst.org_slug],
-            cwd=ROOT,
-            env=inst.env(),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode:
-            print(proc.stdout, proc.stderr, file=sys.stderr)
-            return 1
-        print(json.dumps(json.loads(proc.stdout.strip().splitlines()[-1]), indent=1))
+        print(json.dumps(run_measure(inst, "bench.chain_check", "--org", inst.org_slug), indent=1))
     finally:
         inst.drop(remove_data_dir=True)
     return 0

@@ -169,10 +169,17 @@ def new_instance(
     pg_port: int = 5432,
     prefix: str = "BENCH",
     db_prefix: str = "retasc_bench",
+    name: str | None = None,
 ) -> Instance:
+    """A migrated, bootstrapped instance. ``name``: that PostgreSQL database, dropped and
+    created afresh, instead of a new ``<db_prefix>_<timestamp>`` one."""
     data_dir = tempfile.mkdtemp(prefix=f"{db_prefix.replace('_', '-')}-")
     if kind == "postgres":
-        name = pg_create(db_prefix, port=pg_port)
+        if name:
+            pg_drop(name, pg_port)
+            pg_admin(f'CREATE DATABASE "{name}"', pg_port)
+        else:
+            name = pg_create(db_prefix, port=pg_port)
         inst = Instance(db_url=pg_url(name, pg_port), data_dir=data_dir, pg_name=name, pg_port=pg_port)
     else:
         inst = Instance(db_url=f"sqlite:///{data_dir}/bench.sqlite3", data_dir=data_dir)
@@ -187,6 +194,17 @@ def new_instance(
         raise
     inst.org_slug = out.get("orgSlug") or out.get("slug") or "bench"
     return inst
+
+
+def run_measure(inst: Instance, module: str, *args, timeout: int = 1800) -> dict:
+    """``python -m <module> measure <args>`` in the instance's environment (a Django
+    process of its own), and the JSON object its last line prints."""
+    proc = subprocess.run(
+        [PY, "-m", module, "measure", *args], cwd=ROOT, env=inst.env(), capture_output=True, text=True, timeout=timeout
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{module} measure failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def seed(

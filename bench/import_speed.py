@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from bench.common import PY, ROOT, Instance, new_instance, print_header
+from bench.common import ROOT, Instance, new_instance, print_header, run_measure
 
 
 def generate(n: int, comments: int, prefix: str = "GEN") -> dict:
@@ -166,13 +165,8 @@ def _instance(postgres_url: str | None) -> Instance:
 
 
 def _measure(inst: Instance, path: str, batch: int = 0, name: str = "Import bench") -> dict:
-    args = [PY, "-m", "bench.import_speed", "measure", "--file", path, "--org-name", name]
-    if batch:
-        args += ["--batch", str(batch)]
-    proc = subprocess.run(args, cwd=ROOT, env=inst.env(), capture_output=True, text=True, timeout=7200)
-    if proc.returncode:
-        raise RuntimeError(f"measure failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    args = ["--file", path, "--org-name", name] + (["--batch", str(batch)] if batch else [])
+    return run_measure(inst, "bench.import_speed", *args, timeout=7200)
 
 
 def main() -> int:

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 
-from bench.common import PY, ROOT, Instance, new_instance, pg_admin, pg_drop, pg_url, print_header, seed
+from bench.common import ROOT, new_instance, print_header, run_measure, seed
+from bench.processes import cpu_seconds
 
 
 def _backend_pid(connection) -> int | None:
@@ -46,18 +44,6 @@ def _prepared(connection) -> dict | None:
         )
         n, generic, custom = cur.fetchone()
     return {"count": n, "generic_plans": int(generic), "custom_plans": int(custom)}
-
-
-def _pid_cpu(pid: int | None) -> float | None:
-    """utime + stime of a local process, in seconds (None if it cannot be read)."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure_main(argv) -> None:
@@ -134,12 +120,12 @@ def measure_main(argv) -> None:
     steps += ["done"] * (marks[4] - marks[3])
     cpu = dict.fromkeys(cpu, 0.0)
     backend = _backend_pid(connection)
-    pg0 = _pid_cpu(backend)
+    pg0 = cpu_seconds(backend) if backend else None
     t0 = time.perf_counter()
     for _ in range(o.loops):
         one()
     wall = time.perf_counter() - t0
-    pg1 = _pid_cpu(backend) if backend == _backend_pid(connection) else None
+    pg1 = cpu_seconds(backend) if backend and backend == _backend_pid(connection) else None
     out = {
         "loops": o.loops,
         "cpu_ms": {k: round(1000 * v / o.loops, 2) for k, v in cpu.items()},
@@ -174,21 +160,6 @@ def measure_main(argv) -> None:
     print(json.dumps(out))
 
 
-def _named_instance(name: str) -> Instance:
-    """``new_instance("postgres")`` on a database of the caller's choosing."""
-    pg_drop(name)
-    pg_admin(f'CREATE DATABASE "{name}"')
-    inst = Instance(db_url=pg_url(name), data_dir=tempfile.mkdtemp(prefix="retasc-bench-"), pg_name=name)
-    try:
-        inst.manage("migrate", "--noinput", "-v0")
-        out = json.loads(inst.manage("bootstrap", "--org", "Bench", "--project", "BENCH", "--email", inst.email, "--json"))
-    except BaseException:
-        inst.drop(remove_data_dir=True)
-        raise
-    inst.org_slug = out.get("orgSlug") or out.get("slug") or "bench"
-    return inst
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "measure":
         measure_main(sys.argv[2:])
@@ -202,7 +173,7 @@ def main() -> int:
     p.add_argument("--http", action="store_true", help="loop through the HTTP API (Django's test client, no server)")
     o = p.parse_args()
     print_header("Retasc claim profile")
-    inst = _named_instance(o.database) if o.database else new_instance("postgres")
+    inst = new_instance("postgres", name=o.database)
     try:
         s = seed(inst, projects=["BENCH"], issues=max(o.issues, o.loops + o.cprofile + 10), keys=1)
         args = ["--key", s["keys"][0]["key"], "--loops", str(o.loops), "--cprofile", str(o.cprofile)]
@@ -210,18 +181,7 @@ def main() -> int:
             args.append("--statements")
         if o.http:
             args.append("--http")
-        proc = subprocess.run(
-            [PY, "-m", "bench.profile_claim", "measure", *args],
-            cwd=ROOT,
-            env=inst.env(),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode:
-            print(proc.stdout, proc.stderr, file=sys.stderr)
-            return 1
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result = run_measure(inst, "bench.profile_claim", *args)
         profile = result.pop("cprofile_tottime_top25", None)
         texts = result.pop("statement_texts", None)
         print(json.dumps(result, indent=1))

@@ -20,11 +20,10 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 
-from bench.common import PY, ROOT, new_instance, print_header, seed, vocabulary
+from bench.common import ROOT, new_instance, print_header, run_measure, seed, vocabulary
 
 
 def measure_main(argv) -> None:
@@ -134,20 +133,6 @@ def measure_main(argv) -> None:
     print(json.dumps(out))
 
 
-def run_measure(inst, key: str, *args) -> dict:
-    proc = subprocess.run(
-        [PY, "-m", "bench.scaling", "measure", "--key", key, *args],
-        cwd=ROOT,
-        env=inst.env(),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if proc.returncode:
-        raise RuntimeError(proc.stdout + proc.stderr)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "measure":
         measure_main(sys.argv[2:])
@@ -187,7 +172,7 @@ def main() -> int:
                 extra += ["--chain-project", "CHAIN", "--receipts", str(o.receipts)]
             if size == 10_000:  # export time per 10k issues, measured at 10k
                 extra += ["--export"]
-            row.update(run_measure(inst, s["keys"][0]["key"], *extra))
+            row.update(run_measure(inst, "bench.scaling", "--key", s["keys"][0]["key"], *extra))
             report["sizes"][size] = row
             print(json.dumps({"size": size, **row}), flush=True)
         finally:

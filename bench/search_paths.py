@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 
-from bench.common import PY, ROOT, new_instance, print_header, seed
+from bench.common import ROOT, new_instance, print_header, run_measure, seed
 
 
 def measure_main(argv) -> None:
@@ -95,17 +94,8 @@ def main() -> int:
     inst = new_instance(o.kind, prefix="BENCH", db_prefix=o.db_prefix)
     try:
         s = seed(inst, projects=["BENCH"], issues=o.issues, keys=1)
-        proc = subprocess.run(
-            [PY, "-m", "bench.search_paths", "measure", "--key", s["keys"][0]["key"], "--queries", str(o.queries)],
-            cwd=ROOT,
-            env=inst.env(),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if proc.returncode:
-            raise RuntimeError(proc.stdout + proc.stderr)
-        print(json.dumps({"issues": o.issues, **json.loads(proc.stdout.strip().splitlines()[-1])}), flush=True)
+        result = run_measure(inst, "bench.search_paths", "--key", s["keys"][0]["key"], "--queries", str(o.queries))
+        print(json.dumps({"issues": o.issues, **result}), flush=True)
     finally:
         inst.drop(remove_data_dir=True)
     return 0
