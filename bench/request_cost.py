@@ -234,6 +234,16 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
             "seconds": round(seconds, 2),
         }
 
+    def per_pair(name, pairs, spent, seconds, profile):
+        cells[name] = {
+            "pairs": pairs,
+            "cpu_ms_per_pair": round(spent * 1000 / pairs, 2),
+            "seconds": round(seconds, 2),
+            "pairs_per_s": round(pairs / seconds, 1),  # MCP's includes its clients' handshakes
+        }
+        if profile:
+            cells[name]["profile"] = profile
+
     # MCP ping and tools/list: n requests spread over the agents.
     each = o.requests // len(keys)
 
@@ -277,7 +287,13 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
 
     # Claim + finish pairs.
     per_agent = o.pairs // len(keys)
+    pairs = per_agent * len(keys)
     seen: set[str] = set()
+
+    def handed_out(ident: str) -> None:
+        if ident in seen:
+            errors.append(f"double {ident}")
+        seen.add(ident)
 
     async def mcp_pairs(client, i):
         for _ in range(per_agent):
@@ -287,9 +303,7 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
                 errors.append(f"mcp next {data.get('code')}")
                 continue
             ident = data["issue"]["identifier"]
-            if ident in seen:
-                errors.append(f"double {ident}")
-            seen.add(ident)
+            handed_out(ident)
             res = await client.call_tool("save_issue", {"identifier": ident, "status": "done", "claimToken": data["claimToken"]})
             if res.is_error:
                 errors.append(f"mcp done {res.content[0].text[:80]}")
@@ -302,15 +316,7 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
         await mcp_pairs(client, i)
 
     seconds, profile = profiled(pid, "mcp_pair", o, lambda: asyncio.run(mcp_clients(url, keys, mcp_wrapped)))
-    pairs = per_agent * len(keys)
-    cells["mcp_pair"] = {
-        "pairs": pairs,
-        "cpu_ms_per_pair": round((cpu_seconds(pid) - c0[0]) * 1000 / pairs, 2),
-        "seconds": round(seconds, 2),
-        "pairs_per_s": round(pairs / seconds, 1),  # includes the MCP handshakes
-    }
-    if profile:
-        cells["mcp_pair"]["profile"] = profile
+    per_pair("mcp_pair", pairs, cpu_seconds(pid) - c0[0], seconds, profile)
 
     async def http_pairs():
         limits = httpx2.Limits(max_connections=len(keys) + 4, max_keepalive_connections=len(keys) + 4)
@@ -325,9 +331,7 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
                         errors.append(f"http next {r.status_code}")
                         continue
                     ident = data["issue"]["identifier"]
-                    if ident in seen:
-                        errors.append(f"double {ident}")
-                    seen.add(ident)
+                    handed_out(ident)
                     r = await c.patch(
                         f"{base}/api/v1/issues/{ident}", json={"status": "done", "claimToken": data["claimToken"]}, headers=auth
                     )
@@ -339,14 +343,7 @@ def run_cells(pid: int, base: str, keys: list[str], o) -> dict:
             return time.monotonic() - t0
 
     (spent, seconds), profile = profiled(pid, "http_pair", o, lambda: measured(pid, lambda: asyncio.run(http_pairs())))
-    cells["http_pair"] = {
-        "pairs": pairs,
-        "cpu_ms_per_pair": round(spent * 1000 / pairs, 2),
-        "seconds": round(seconds, 2),
-        "pairs_per_s": round(pairs / seconds, 1),
-    }
-    if profile:
-        cells["http_pair"]["profile"] = profile
+    per_pair("http_pair", pairs, spent, seconds, profile)
     cells["errors"] = errors[:10]
     cells["error_count"] = len(errors)
     return cells
