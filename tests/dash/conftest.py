@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from tests.conftest import new_issue
-from tests.dash.live import chromium
+from tests.dash.live import chromium, start
 
 
 def signed_in(user, *, csrf: bool = False) -> Client:
@@ -34,6 +34,14 @@ def dash(world):
         issue_a=issue_a,
         issue_b=issue_b,
     )
+
+
+@pytest.fixture
+def server(transactional_db, tmp_path):
+    """A live Daphne on the test database for one test (tests.dash.live.start)."""
+    srv = start(tmp_path)
+    yield srv
+    srv.stop()
 
 
 @pytest.fixture(scope="module")

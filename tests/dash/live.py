@@ -16,9 +16,9 @@ import pytest
 from tests.live import LiveServer, start_daphne
 
 try:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
+    expect = sync_playwright = None
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

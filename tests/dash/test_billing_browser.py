@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dash.live import browser_marks, chromium, signed_in_page, start
+from tests.dash.live import browser_marks, chromium, expect, signed_in_page, start
 
 pytestmark = browser_marks()
-
-try:
-    from playwright.sync_api import expect
-except ImportError:  # pragma: no cover - depends on the machine
-    expect = None
 
 
 @pytest.fixture

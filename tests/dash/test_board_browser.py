@@ -11,22 +11,10 @@ import re
 import pytest
 
 from tests.conftest import new_issue
-from tests.dash.live import browser_marks, mcp_call, start
+from tests.dash.live import browser_marks, expect, mcp_call
 from tests.dash.live import signed_in_page as open_signed_in
 
 pytestmark = browser_marks()
-
-try:
-    from playwright.sync_api import expect
-except ImportError:  # pragma: no cover - depends on the machine
-    expect = None
-
-
-@pytest.fixture
-def server(transactional_db, tmp_path):
-    srv = start(tmp_path)
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

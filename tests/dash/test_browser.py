@@ -15,23 +15,11 @@ import time
 
 import pytest
 
-from tests.dash.live import browser_marks, mcp_call, start
+from tests.dash.live import browser_marks, expect, mcp_call
 
 pytestmark = browser_marks()
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # pragma: no cover - depends on the machine
-    expect = None
-
 PASSWORD = "correct-horse-battery-9"
-
-
-@pytest.fixture
-def server(transactional_db, tmp_path):
-    srv = start(tmp_path)
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ members page: the mark, no keys offered, an owner's merge; a member's "This is m
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
@@ -16,20 +14,9 @@ from apps.intake.models import ImportJob
 from apps.issues.models import Issue
 from apps.orgs.models import Membership
 from tests.cli.test_import_cli import beads_lines
-from tests.dash.live import CHROMIUM, CHROMIUM_ARGS
-from tests.live import start_daphne
+from tests.dash.live import browser_marks, expect, signed_in_page, start
 
-pytestmark = [pytest.mark.slow]
-
-try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
-if sync_playwright is None:
-    pytestmark.append(pytest.mark.skip(reason="playwright is not installed (pip install -r requirements/dev.txt)"))
-elif not CHROMIUM.exists():
-    pytestmark.append(pytest.mark.skip(reason="/usr/bin/chromium is missing (apt-get install -y chromium)"))
+pytestmark = browser_marks()
 
 
 def _jobs():
@@ -37,36 +24,22 @@ def _jobs():
 
 
 @pytest.fixture
-def browser_for(tworld, tmp_path):
+def browser_for(tworld, tmp_path, browser):
     """``browser_for(user)`` gives a page signed in as ``user`` on one live server."""
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's loop runs on this thread
-    # In-memory channel layer (no Redis): the import's events are published inside this
-    # server; imports run on the server's own thread, so the page watches one in progress.
-    server = start_daphne(tmp_path, drop_env=("REDIS_URL",), RETASC_EMAIL_VERIFICATION="optional", RETASC_INPROCESS_JOBS="true")
+    # Imports run on the server's own thread, so the page watches one in progress (the
+    # in-memory channel layer of tests.dash.live.start carries its events).
+    server = start(tmp_path, RETASC_INPROCESS_JOBS="true")
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
 
-            def make(user):
-                client = Client()
-                client.force_login(user)
-                assert client.get("/org/members/").status_code == 200  # the session points at the org
-                context = browser.new_context(base_url=server.base, viewport={"width": 1400, "height": 900}, locale="en-US")
-                context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.base}])
-                page = context.new_page()
-                page.set_default_timeout(30_000)
-                page.on("dialog", lambda dialog: dialog.accept())  # data-confirm questions
-                return page
+        def make(user):
+            page = signed_in_page(browser, server, user, first_page="/org/members/")
+            page.set_default_timeout(30_000)
+            page.on("dialog", lambda dialog: dialog.accept())  # data-confirm questions
+            return page
 
-            yield make
-            browser.close()
+        yield make
     finally:
         server.stop()
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def _upload(page, name: str, text: str, source: str):

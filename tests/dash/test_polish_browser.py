@@ -12,14 +12,9 @@ import re
 import pytest
 
 from tests.conftest import new_issue
-from tests.dash.live import browser_marks, signed_in_page, start
+from tests.dash.live import browser_marks, expect, signed_in_page, start
 
 pytestmark = browser_marks()
-
-try:
-    from playwright.sync_api import expect
-except ImportError:  # pragma: no cover - depends on the machine
-    expect = None
 
 
 @pytest.fixture

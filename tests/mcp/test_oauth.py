@@ -17,7 +17,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import os
 import queue
 import secrets
 import threading
@@ -26,14 +25,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from tests.conftest import new_issue
-from tests.dash.live import CHROMIUM, CHROMIUM_ARGS, start
+from tests.dash.live import CHROMIUM, chromium, signed_in_page, start, sync_playwright
 
 pytestmark = [pytest.mark.slow]
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
 
 # The consent step needs a browser; the protocol refusals do not.
 needs_browser = pytest.mark.skipif(
@@ -53,28 +47,8 @@ def server(transactional_db, tmp_path):
 
 @pytest.fixture
 def browser():
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            yield b
-            b.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-def signed_in_page(browser, server, user):
-    from django.test import Client
-
-    client = Client()
-    client.force_login(user)
-    ctx = browser.new_context(base_url=server.base)
-    ctx.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": server.base}])
-    return ctx.new_page()
+    with chromium() as b:
+        yield b
 
 
 class MemoryStorage:
