@@ -24,7 +24,7 @@ from apps.api.auth import BearerKeyAuthentication, HasActor, KeyRateThrottle, Se
 from apps.api.parsers import body_fields
 from apps.api.schema import ARGS, QUERY_ARGS, body_schema, ref
 from apps.billing import usage
-from apps.core.errors import ServiceError, invalid, unknown_argument
+from apps.core.errors import ServiceError, invalid
 from apps.devices.auth import PersonalTokenAuthentication
 from apps.issues.selectors import attachment_file
 from apps.issues.services import attachment_upload_store
@@ -611,10 +611,5 @@ class UsagePush(ApiView):
         responses={200: OpenApiTypes.OBJECT, 400: ref("Error"), 401: ref("Error"), 403: ref("Error")},
     )
     def post(self, request):
-        body = request.data if isinstance(request.data, dict) else None
-        if body is None:
-            raise invalid("body", "The body is a JSON object {runtime, days}.")
-        unknown = set(body) - {"runtime", "days"}
-        if unknown:
-            raise unknown_argument(sorted(unknown)[0], f"Unknown argument {sorted(unknown)[0]!r}.")
+        body = body_fields(request.data, ("runtime", "days"))
         return Response(usage.usage_report(actor=request.auth, runtime=body.get("runtime"), days=body.get("days")))

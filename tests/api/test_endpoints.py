@@ -61,6 +61,7 @@ def test_create_refusals_change_nothing(world, owner, unchanged):
         for path, body in [
             ("/api/v1/issues", {"title": "t", "work": True, "noDependency": "x", "bogus": 1}),
             ("/api/v1/issues/ACME-1/comments", {"body": "hi", "claimtoken": "x"}),
+            ("/api/v1/usage/reports", {"runtime": "codex", "days": [], "bogus": 1}),
         ]:
             r = owner.post(path, body, format="json")
             assert (r.status_code, r.json()["code"]) == (400, "INVALID"), (path, r.content)
